@@ -1,0 +1,39 @@
+# Two commands: `make demo` and `make test`. Each creates .venv with the machine's python3 when absent.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+# The official SDK tunnels even 127.0.0.1 through *_proxy variables; keep loopback direct.
+LOOPBACK_ENV := env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u grpc_proxy -u GRPC_PROXY \
+	NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost no_grpc_proxy=127.0.0.1,localhost
+
+.PHONY: venv demo test lint typecheck pytest bench proto clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[all]"
+	$(BIN)/python -m pip check
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(LOOPBACK_ENV) $(BIN)/zerobus-orch demo $(DEMO_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy zerobus_orchestration dagster_defs airflow_provider
+
+pytest: $(STAMP)
+	$(LOOPBACK_ENV) $(BIN)/pytest $(PYTEST_ARGS)
+
+test: lint typecheck pytest
+
+bench: $(STAMP)
+	$(LOOPBACK_ENV) $(BIN)/python benchmarks/pipelining.py
+
+clean:
+	rm -rf $(VENV) .zerobus .pytest_cache .mypy_cache .ruff_cache

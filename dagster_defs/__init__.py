@@ -1,0 +1,1 @@
+"""Dagster integration for zerobus-orchestration: resource, IO manager, contract assets, sensor."""

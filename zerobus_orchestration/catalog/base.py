@@ -1,0 +1,283 @@
+"""The catalog seam: ``TableCatalog`` and the values it trades in.
+
+Every backend (``local``: Delta log + SQLite registry; ``unity``: databricks-sdk) implements
+``TableCatalog``. They share the pure planner (``catalog/plan.py``), the DDL renderer (``catalog/ddl.py``)
+and the primary-raw predicates (``preconditions.py``), all of which work over the values defined here:
+
+- ``DesiredTable``: what the producer needs (Arrow schema + reserved columns, role, properties,
+  column descriptions, evolution policy). Built with ``DesiredTable.build``.
+- ``TableState``: what the catalog has (columns with Delta type text and Arrow type, properties,
+  protocol, identity, registration, emulated capabilities). ``None`` from ``describe`` = absent.
+- ``ReconcileOutcome``: the plan that was executed and the state after it.
+- ``VendedCredentials``: short-lived storage credentials; secrets are ``SecretStr``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import pyarrow as pa
+from pydantic import SecretStr
+
+from zerobus_orchestration.config import CommentPolicy, Role
+from zerobus_orchestration.errors import ConfigError
+from zerobus_orchestration.reserved import RESERVED_DESCRIPTIONS, RESERVED_FIELDS, is_reserved
+
+if TYPE_CHECKING:
+    from zerobus_orchestration.catalog.plan import ReconcilePlan
+
+# Table property keys we own (custom ``twg.*`` keys; delta-rs accepts them only through
+# ``DeltaTable.create(raise_if_key_not_exists=False)`` / ``set_table_properties``).
+PROP_ROLE = "twg.role"
+PROP_OWNER = "twg.owner"
+PROP_CONTRACT_URI = "twg.contract.uri"
+PROP_CONTRACT_VERSION = "twg.contract.version"
+PROP_SOURCE = "twg.source"
+
+# Delta / UniForm property keys the primary-raw role is about.
+ICEBERG_COMPAT_V2 = "delta.enableIcebergCompatV2"
+UNIFORM_FORMATS = "delta.universalFormat.enabledFormats"
+COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
+DELETION_VECTORS = "delta.enableDeletionVectors"
+
+# Capability names a backend may report as emulated (embedded mode cannot produce them for real).
+EMULATED_COLUMN_MAPPING = "columnMapping"
+EMULATED_UNIFORM = "uniform"
+
+
+def primary_raw_properties(*, real_column_mapping: bool) -> dict[str, str]:
+    """Properties a primary-raw table is created with.
+
+    The local backend passes ``real_column_mapping=False``: delta-rs cannot evolve a column-mapped table
+    (reference §1.2), so column mapping is emulated there and the UniForm keys are inert strings.
+    """
+    props = {ICEBERG_COMPAT_V2: "true", UNIFORM_FORMATS: "iceberg", DELETION_VECTORS: "false"}
+    if real_column_mapping:
+        props[COLUMN_MAPPING_MODE] = "name"
+    return props
+
+
+class Access(StrEnum):
+    READ = "read"
+    WRITE = "write"
+
+
+@dataclass(frozen=True)
+class TableTags:
+    """Ownership and provenance stamped as ``twg.*`` table properties."""
+
+    owner: str | None = None
+    contract_uri: str | None = None
+    contract_version: str | None = None
+    source: str | None = None
+
+    def properties(self) -> dict[str, str]:
+        pairs = {
+            PROP_OWNER: self.owner,
+            PROP_CONTRACT_URI: self.contract_uri,
+            PROP_CONTRACT_VERSION: self.contract_version,
+            PROP_SOURCE: self.source,
+        }
+        return {k: v for k, v in pairs.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class DesiredColumn:
+    name: str
+    arrow_type: pa.DataType  # as handed to us; the planner maps it through ``types.arrow_storage_type``
+    nullable: bool
+    description: str | None  # None: no authority has a description, the live comment is left alone
+    engine_owned: bool
+
+
+@dataclass(frozen=True)
+class DesiredTable:
+    """What a producer needs from the table. Build with ``DesiredTable.build``."""
+
+    name: str
+    columns: tuple[DesiredColumn, ...]
+    role: Role
+    properties: Mapping[str, str]
+    allow_widening: bool = False
+    comment_policy: CommentPolicy = CommentPolicy.RESPECT
+    # True when the schema is one producer's batch (Zerobus lets producers omit nullable columns):
+    # live columns missing from it are left alone instead of being refused as drops.
+    subset: bool = False
+
+    @classmethod
+    def build(
+        cls,
+        name: str,
+        schema: pa.Schema,
+        role: Role,
+        *,
+        descriptions: Mapping[str, str] | None = None,
+        tags: TableTags | None = None,
+        properties: Mapping[str, str] | None = None,
+        allow_widening: bool = False,
+        comment_policy: CommentPolicy = CommentPolicy.RESPECT,
+        subset: bool = False,
+    ) -> DesiredTable:
+        """Payload columns from ``schema`` plus the reserved columns (always present, always described).
+
+        Reserved columns in ``schema`` must have the reserved types; payload descriptions come from
+        ``descriptions`` (see ``contracts.py``), reserved ones from ``reserved.RESERVED_DESCRIPTIONS``.
+        """
+        payload_descriptions = dict(descriptions or {})
+        columns: list[DesiredColumn] = []
+        seen: set[str] = set()
+        for f in schema:
+            if f.name in seen:
+                raise ConfigError(f"table {name}: column {f.name!r} appears twice in the schema")
+            seen.add(f.name)
+            if is_reserved(f.name):
+                continue
+            columns.append(
+                DesiredColumn(f.name, f.type, f.nullable, payload_descriptions.get(f.name), engine_owned=False)
+            )
+        for rf in RESERVED_FIELDS:
+            incoming = schema.field(rf.name) if rf.name in seen else None
+            if incoming is not None and incoming.type != rf.type:
+                raise ConfigError(
+                    f"table {name}: column {rf.name!r} is engine-owned ({rf.type}) but the schema declares "
+                    f"{incoming.type}; rename the payload column"
+                )
+            columns.append(
+                DesiredColumn(rf.name, rf.type, rf.nullable, RESERVED_DESCRIPTIONS[rf.name], engine_owned=True)
+            )
+        unknown = sorted(set(payload_descriptions) - {c.name for c in columns})
+        if unknown:
+            raise ConfigError(f"table {name}: descriptions given for unknown columns {unknown}")
+        props = {PROP_ROLE: role.value, **(tags.properties() if tags else {}), **dict(properties or {})}
+        return cls(
+            name=name,
+            columns=tuple(columns),
+            role=role,
+            properties=MappingProxyType(props),
+            allow_widening=allow_widening,
+            comment_policy=comment_policy,
+            subset=subset,
+        )
+
+    def column(self, name: str) -> DesiredColumn | None:
+        return next((c for c in self.columns if c.name == name), None)
+
+    def with_properties(self, extra: Mapping[str, str]) -> DesiredTable:
+        """A copy with ``extra`` merged under the explicit properties (explicit ones win)."""
+        merged = {**dict(extra), **dict(self.properties)}
+        return DesiredTable(
+            self.name,
+            self.columns,
+            self.role,
+            MappingProxyType(merged),
+            self.allow_widening,
+            self.comment_policy,
+            self.subset,
+        )
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, c.arrow_type, nullable=c.nullable) for c in self.columns])
+
+
+@dataclass(frozen=True)
+class LiveColumn:
+    name: str
+    delta_type: str  # Databricks SQL type text, e.g. ``BIGINT``, ``STRUCT<a: INT>``
+    arrow_type: pa.DataType  # the canonical Arrow type for ``delta_type`` (``types.arrow_type_of_delta``)
+    nullable: bool
+    comment: str | None
+
+
+@dataclass(frozen=True)
+class ProtocolInfo:
+    min_reader_version: int
+    min_writer_version: int
+    reader_features: frozenset[str] = frozenset()
+    writer_features: frozenset[str] = frozenset()
+
+    @property
+    def features(self) -> frozenset[str]:
+        return self.reader_features | self.writer_features
+
+
+@dataclass(frozen=True)
+class TableState:
+    """What the catalog has for one table, re-read on every ``describe`` (never cached)."""
+
+    name: str
+    columns: tuple[LiveColumn, ...]
+    properties: Mapping[str, str]
+    protocol: ProtocolInfo
+    table_id: str | None
+    location: str | None
+    version: int | None
+    registered: bool
+    role: Role | None = None
+    emulated: frozenset[str] = frozenset()  # e.g. {"columnMapping", "uniform"} in embedded mode
+    sinks: tuple[str, ...] = ()
+
+    def column(self, name: str) -> LiveColumn | None:
+        return next((c for c in self.columns if c.name == name), None)
+
+    def arrow_schema(self) -> pa.Schema:
+        """The declared target schema: what the sink must send (canonical Arrow types, live nullability)."""
+        return pa.schema([pa.field(c.name, c.arrow_type, nullable=c.nullable) for c in self.columns])
+
+
+@dataclass(frozen=True)
+class ReconcileOutcome:
+    plan: ReconcilePlan
+    applied: bool  # False for an empty plan (nothing was executed, no new table version)
+    version_before: int | None
+    state: TableState
+    notes: tuple[str, ...] = field(default=())  # e.g. human-edited managed comments kept under RESPECT
+
+    @property
+    def version_after(self) -> int | None:
+        return self.state.version
+
+
+@dataclass(frozen=True)
+class VendedCredentials:
+    table: str
+    access: Access
+    url: str
+    expires_at: datetime  # timezone-aware UTC
+    storage_options: Mapping[str, SecretStr] = field(default_factory=dict)
+    token: SecretStr | None = None
+
+    def expired(self, now: datetime) -> bool:
+        return now >= self.expires_at
+
+
+@runtime_checkable
+class TableCatalog(Protocol):
+    """Create, evolve, describe and vouch for Delta tables. Backends: ``local``, ``unity``."""
+
+    def describe(self, table: str) -> TableState | None:
+        """The live table, re-read now; ``None`` when it does not exist."""
+        ...
+
+    def reconcile(self, table: str, desired: DesiredTable) -> ReconcileOutcome:
+        """Plan (``plan.plan``), raise ``PlanRefusedError`` on any ``Refuse`` step, else execute.
+
+        Idempotent: an empty plan executes nothing (no new table version).
+        """
+        ...
+
+    def register_sink(self, table: str, sink_id: str) -> None:
+        """Record that ``sink_id`` writes to ``table`` (idempotent)."""
+        ...
+
+    def vend_credentials(self, table: str, access: Access) -> VendedCredentials:
+        """Short-lived storage credentials, or ``NotSupportedError`` where the backend cannot grant them."""
+        ...
+
+
+def names(columns: Iterable[LiveColumn | DesiredColumn]) -> list[str]:
+    return [c.name for c in columns]

@@ -1,0 +1,246 @@
+"""Every knob of the package, in one pydantic model tree.
+
+Loaded from a TOML file (``[zerobus]`` table) and ``ZEROBUS_*`` environment variables; the environment
+wins. Nested keys use a double underscore: ``ZEROBUS_POOL__MIN_STREAMS=2``. Invalid values fail with
+the dotted key named (``zerobus.pool.min_streams``).
+
+There is deliberately no knob for waiting per batch: durability is awaited by the ack lane, never
+inline on the ingest path.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from zerobus_orchestration.errors import ConfigError
+
+ENV_PREFIX = "ZEROBUS_"
+DEFAULT_WAREHOUSE = "./.zerobus/warehouse"
+DEFAULT_PER_STREAM_MB_CEILING = 100.0  # the documented Zerobus per-stream quota
+
+
+class Role(StrEnum):
+    PRIMARY_RAW = "primary_raw"
+    DERIVED = "derived"
+
+
+class CatalogBackend(StrEnum):
+    LOCAL = "local"
+    UNITY = "unity"
+
+
+class CommentPolicy(StrEnum):
+    RESPECT = "respect"  # a human edit to a managed comment is kept and reported
+    RESTORE = "restore"  # a human edit is overwritten with the contract's description
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class PoolConfig(_Model):
+    min_streams: int = Field(1, ge=1, le=1024, description="Floor on streams per table.")
+    per_stream_mb_ceiling: float = Field(
+        DEFAULT_PER_STREAM_MB_CEILING, gt=0, description="MB/s one stream may carry (Zerobus quota)."
+    )
+    peak_mb_s: float = Field(0.0, ge=0, description="Expected peak MB/s into one table.")
+    ack_channel_capacity: int = Field(
+        4096, ge=1, description="Pending acks per stream before push blocks (the only backpressure)."
+    )
+    healthy_member_wait_s: float = Field(
+        30.0, gt=0, description="How long a batch waits for a healthy stream while members rebuild."
+    )
+    rebuild_budget_s: float = Field(60.0, gt=0, description="Time budget for rebuilding a poisoned stream.")
+    open_backoff_initial_s: float = Field(0.5, gt=0, description="First backoff after a concurrency reject.")
+    open_backoff_max_s: float = Field(30.0, gt=0, description="Backoff ceiling after concurrency rejects.")
+    transient_retries: int = Field(5, ge=0, description="Ack-lane retries of a transient wait failure.")
+
+    def streams_for_table(self) -> int:
+        """``max(min_streams, ceil(peak_MB_s / per_stream_mb_ceiling))``."""
+        return max(self.min_streams, math.ceil(self.peak_mb_s / self.per_stream_mb_ceiling))
+
+
+class SdkStreamOptions(_Model):
+    """The official SDK's Arrow stream options (zerobus-protocol.md §5.7); SDK defaults."""
+
+    recovery: bool = True
+    recovery_timeout_ms: int = Field(15_000, gt=0)
+    recovery_backoff_ms: int = Field(2_000, ge=0)
+    recovery_retries: int = Field(4, ge=0)
+    server_lack_of_ack_timeout_ms: int = Field(60_000, gt=0)
+    flush_timeout_ms: int = Field(300_000, gt=0)
+    connection_timeout_ms: int = Field(30_000, gt=0)
+    max_inflight_batches: int = Field(1_000, gt=0)
+    ipc_compression: Literal["none", "lz4_frame", "zstd"] = "none"
+
+
+class CatalogConfig(_Model):
+    backend: CatalogBackend = CatalogBackend.LOCAL
+    sql_warehouse_id: str | None = Field(None, description="Databricks SQL warehouse running DDL (unity).")
+    allow_widening: bool = Field(False, description="Plan lossless type widening instead of refusing it.")
+    comment_policy: CommentPolicy = CommentPolicy.RESPECT
+
+
+class CoverageConfig(_Model):
+    location: str | None = Field(
+        None, description="SQLite file for coverage; default <warehouse>/_zerobus/coverage.sqlite."
+    )
+
+
+class ReadbackConfig(_Model):
+    iceberg_rest_uri: str | None = Field(
+        None, description="Iceberg REST catalog; default the embedded facade or <workspace>/api/2.1/..."
+    )
+    iceberg_catalog: str = Field("main", description="Iceberg REST warehouse (the UC catalog name).")
+    token: SecretStr | None = None
+    wait_timeout_s: float = Field(120.0, gt=0, description="Deadline for Iceberg metadata to catch up.")
+    poll_initial_s: float = Field(0.2, gt=0)
+    poll_max_s: float = Field(5.0, gt=0)
+    force_metadata: bool = Field(False, description="Ask the emulator to mirror now instead of waiting.")
+
+
+class EmulatorConfig(_Model):
+    host: str = "127.0.0.1"
+    port: int = Field(0, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
+    token_port: int = Field(0, ge=0, le=65535, description="OAuth/Iceberg REST HTTP port; 0 picks one.")
+    time_to_table_s: float = Field(1.0, gt=0, description="Materialiser period from WAL to Delta.")
+    iceberg_lag_s: float = Field(2.0, ge=0, description="Emulated UniForm conversion lag.")
+    per_stream_mb_s: float | None = Field(None, gt=0, description="Per-stream throttle (None: unlimited).")
+    max_streams_per_table: int | None = Field(None, ge=1, description="RESOURCE_EXHAUSTED above this.")
+    token_ttl_s: int = Field(3600, gt=0)
+    client_id: str = "zerobus-local"
+    client_secret: SecretStr = SecretStr("zerobus-local-secret")
+
+
+class ZerobusConfig(_Model):
+    """Root configuration. ``endpoint`` unset selects the embedded emulator (the default)."""
+
+    endpoint: str | None = Field(None, description="Zerobus endpoint; unset runs the embedded emulator.")
+    workspace_url: str | None = Field(None, description="Workspace URL (OAuth token endpoint, UC, REST).")
+    client_id: str | None = Field(None, description="OAuth M2M service principal client id.")
+    client_secret: SecretStr | None = Field(None, description="OAuth M2M service principal secret.")
+    warehouse: str = Field(DEFAULT_WAREHOUSE, description="Embedded warehouse folder or s3:// URI.")
+    storage_options: dict[str, SecretStr] = Field(default_factory=dict, description="Object store options.")
+    role: Role = Role.PRIMARY_RAW
+    pool: PoolConfig = PoolConfig()
+    sdk: SdkStreamOptions = SdkStreamOptions()
+    catalog: CatalogConfig = CatalogConfig()
+    coverage: CoverageConfig = CoverageConfig()
+    readback: ReadbackConfig = ReadbackConfig()
+    emulator: EmulatorConfig = EmulatorConfig()
+
+    @model_validator(mode="after")
+    def _remote_needs_credentials(self) -> ZerobusConfig:
+        if self.endpoint is not None:
+            missing = [k for k in ("workspace_url", "client_id", "client_secret") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"a remote endpoint also needs {', '.join(missing)}")
+        return self
+
+    @property
+    def embedded(self) -> bool:
+        return self.endpoint is None
+
+    @property
+    def coverage_location(self) -> str:
+        if self.coverage.location:
+            return self.coverage.location
+        return str(Path(self.warehouse) / "_zerobus" / "coverage.sqlite")
+
+    def effective_config(self) -> dict[str, Any]:
+        """The config as plain data with every secret masked, for logging at start."""
+        data = self.model_dump(mode="json")  # SecretStr dumps as "**********"
+        data["derived"] = {"streams_per_table": self.pool.streams_for_table(), "embedded": self.embedded}
+        return data
+
+    def config_hash(self) -> str:
+        """Stable identity of this config, secrets included (hashed), for the per-process registry."""
+        import hashlib
+        import json
+
+        def reveal(value: Any) -> Any:
+            if isinstance(value, SecretStr):
+                return hashlib.sha256(value.get_secret_value().encode()).hexdigest()
+            if isinstance(value, dict):
+                return {k: reveal(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [reveal(v) for v in value]
+            return value
+
+        raw = reveal(self.model_dump(mode="python"))
+        return hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for key, value in environ.items():
+        if not key.startswith(ENV_PREFIX) or key == ENV_PREFIX:
+            continue
+        path = key[len(ENV_PREFIX) :].lower().split("__")
+        node = tree
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"ZEROBUS_{'__'.join(path).upper()}: conflicts with another variable")
+            node = child
+        node[path[-1]] = value
+    return tree
+
+
+def _deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _format_validation_error(exc: ValidationError, source: str) -> str:
+    lines = []
+    for err in exc.errors():
+        key = ".".join(["zerobus", *(str(p) for p in err["loc"])])
+        got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+        lines.append(f"{key}: {err['msg']}{got}")
+    return f"invalid zerobus configuration from {source}:\n  " + "\n  ".join(lines)
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> ZerobusConfig:
+    """TOML ``[zerobus]`` table, then ``ZEROBUS_*`` variables, then explicit keyword overrides."""
+    data: dict[str, Any] = {}
+    sources = []
+    if path is not None:
+        try:
+            with open(path, "rb") as fh:
+                document = tomllib.load(fh)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read zerobus config {path}: {exc}") from exc
+        section = document.get("zerobus", {})
+        if not isinstance(section, dict):
+            raise ConfigError(f"{path}: [zerobus] must be a table")
+        data = section
+        sources.append(str(path))
+    env = _env_overrides(os.environ if environ is None else environ)
+    if env:
+        data = _deep_merge(data, env)
+        sources.append("ZEROBUS_* environment")
+    if overrides:
+        data = _deep_merge(data, {k: v for k, v in overrides.items() if v is not None})
+        sources.append("arguments")
+    try:
+        return ZerobusConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc, ", ".join(sources) or "defaults")) from None

@@ -1,0 +1,310 @@
+"""One exception hierarchy, and ``classify`` mapping any failure to what the sink should do about it.
+
+The classes drive behaviour, not messages: TRANSIENT is retried in place without re-advancing
+anything; POISON rebuilds the stream and re-submits what was not acknowledged; CONCURRENCY_REJECT
+backs off and keeps sending on existing streams; SCHEMA_REJECTED and FATAL stop and surface.
+Sources: gRPC status codes, the official SDK's ``ZerobusException`` / ``NonRetriableException`` and
+their messages (tonic renders the code as its description text), and ``google.rpc.ErrorInfo`` with
+reason ``SCHEMA_VALIDATION_FAILED`` (reference/zerobus-protocol.md §3 and §6).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any
+
+
+class ErrorClass(StrEnum):
+    TRANSIENT = "transient"
+    POISON = "poison"
+    CONCURRENCY_REJECT = "concurrency_reject"
+    SCHEMA_REJECTED = "schema_rejected"
+    FATAL = "fatal"
+
+
+class ZerobusOrchestrationError(Exception):
+    """Base of every error this package raises on purpose."""
+
+    error_class: ErrorClass = ErrorClass.FATAL
+
+
+class ConfigError(ZerobusOrchestrationError, ValueError):
+    """Invalid configuration; the message names the offending key."""
+
+
+class UnsupportedType(ZerobusOrchestrationError, TypeError):
+    """An Arrow type Delta cannot hold; the message names the type and what to cast it to."""
+
+
+class WriteBoundaryError(ZerobusOrchestrationError, TypeError):
+    """An incoming column does not fit the declared target column; nothing was sent.
+
+    The message names table, column, incoming and declared type, and the fix.
+    """
+
+    error_class = ErrorClass.SCHEMA_REJECTED
+
+    def __init__(self, message: str, *, table: str, column: str, kind: str) -> None:
+        super().__init__(message)
+        self.table = table
+        self.column = column
+        self.kind = kind
+
+
+class SinkClosedError(ZerobusOrchestrationError, RuntimeError):
+    """A push after ``close()``."""
+
+
+class TransportError(ZerobusOrchestrationError):
+    """A failure talking to Zerobus (or the emulator, or the in-memory fake)."""
+
+    def __init__(self, message: str, *, error_class: ErrorClass, code: str | None = None) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.code = code
+
+
+class TransientError(TransportError):
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message, error_class=ErrorClass.TRANSIENT, code=code)
+
+
+class StreamPoisonedError(TransportError):
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message, error_class=ErrorClass.POISON, code=code)
+
+
+class ConcurrencyRejectedError(TransportError):
+    def __init__(self, message: str, *, code: str | None = "RESOURCE_EXHAUSTED") -> None:
+        super().__init__(message, error_class=ErrorClass.CONCURRENCY_REJECT, code=code)
+
+
+class SchemaRejectedError(TransportError):
+    def __init__(self, message: str, *, causes: Sequence[str] = (), code: str | None = None) -> None:
+        super().__init__(message, error_class=ErrorClass.SCHEMA_REJECTED, code=code)
+        self.causes = tuple(causes)
+
+
+class FatalTransportError(TransportError):
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message, error_class=ErrorClass.FATAL, code=code)
+
+
+class CatalogError(ZerobusOrchestrationError):
+    """The catalog could not describe or reconcile a table."""
+
+
+class PlanRefusedError(CatalogError):
+    """A reconcile plan holds ``Refuse`` steps; the message lists each with table and column."""
+
+    error_class = ErrorClass.SCHEMA_REJECTED
+
+    def __init__(self, message: str, reasons: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.reasons = tuple(reasons)
+
+
+class PreconditionsUnmetError(CatalogError):
+    """A primary-raw table misses preconditions; ``unmet`` names every one."""
+
+    def __init__(self, message: str, unmet: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.unmet = tuple(unmet)
+
+
+class NotSupportedError(CatalogError):
+    """The backend cannot do this at all (e.g. write credentials for a managed UC table)."""
+
+
+class ReadbackError(ZerobusOrchestrationError):
+    """Read-back could not verify what coverage says was delivered."""
+
+
+class ReadbackTimeoutError(ReadbackError):
+    """Iceberg metadata did not catch up before the deadline."""
+
+    error_class = ErrorClass.TRANSIENT
+
+
+# gRPC status code names, by the class the sink gives them.
+_FATAL_CODES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED", "NOT_FOUND", "UNIMPLEMENTED"})
+_POISON_CODES = frozenset({"INVALID_ARGUMENT", "OUT_OF_RANGE", "DATA_LOSS", "FAILED_PRECONDITION"})
+_CONCURRENCY_CODES = frozenset({"RESOURCE_EXHAUSTED"})
+# Everything else (UNAVAILABLE, INTERNAL, UNKNOWN, DEADLINE_EXCEEDED, ABORTED, CANCELLED) is transient.
+
+# tonic's ``Code::description()`` texts, which the SDK embeds in its exception messages.
+_TONIC_DESCRIPTIONS: dict[str, str] = {
+    "client specified an invalid argument": "INVALID_ARGUMENT",
+    "invalid argument": "INVALID_ARGUMENT",
+    "deadline expired before operation could complete": "DEADLINE_EXCEEDED",
+    "some requested entity was not found": "NOT_FOUND",
+    "the caller does not have permission": "PERMISSION_DENIED",
+    "some resource has been exhausted": "RESOURCE_EXHAUSTED",
+    "resource exhausted": "RESOURCE_EXHAUSTED",
+    "the system is not in a state required": "FAILED_PRECONDITION",
+    "operation was attempted past the valid range": "OUT_OF_RANGE",
+    "operation is not implemented or not supported": "UNIMPLEMENTED",
+    "the service is currently unavailable": "UNAVAILABLE",
+    "unrecoverable data loss or corruption": "DATA_LOSS",
+    "the request does not have valid authentication credentials": "UNAUTHENTICATED",
+    "the operation was aborted": "ABORTED",
+    "the operation was cancelled": "CANCELLED",
+    "internal error": "INTERNAL",
+}
+
+_SCHEMA_MARKERS = ("schema_validation_failed", "invalid schema", "schema mismatch", "invalidschema")
+_AUTH_MARKERS = ("invalid uc token", "invaliductoken", "token fetch", "unauthenticated", "permission denied")
+_CONFIG_MARKERS = (
+    "invalid table name",
+    "invalid zerobus endpoint",
+    "invalid uc endpoint",
+    "invalidtablename",
+)
+_TIMEOUT_MARKERS = ("timed out", "deadline expired", "server ack timeout")
+_CODE_TOKEN = re.compile(
+    r"\b(?:code[:=]\s*'?)?([A-Z]{2,}(?:_[A-Z]+)+|UNAVAILABLE|INTERNAL|UNKNOWN|ABORTED|CANCELLED)\b"
+)
+_CAUSES = re.compile(
+    r"\b(FIELD_NOT_IN_TABLE|MISSING_REQUIRED_COLUMN|FIELD_OUT_OF_ORDER|TYPE_INCOMPATIBLE|FIELD_COUNT_MISMATCH)\b"
+)
+
+
+def grpc_code_name(exc: BaseException) -> str | None:
+    """The gRPC status code name of ``exc`` if it carries one (grpc.RpcError or ours)."""
+    code = getattr(exc, "code", None)
+    if callable(code):
+        try:
+            value: Any = code()
+        except Exception:
+            return None
+        name = getattr(value, "name", None)
+        return str(name) if name else None
+    if isinstance(code, str):
+        return code
+    return None
+
+
+def schema_causes(exc: BaseException) -> tuple[str, ...]:
+    """``SCHEMA_VALIDATION_FAILED`` causes from an ErrorInfo detail or the exception text."""
+    causes = getattr(exc, "causes", None)
+    if causes:
+        return tuple(causes)
+    return tuple(dict.fromkeys(_CAUSES.findall(str(exc))))
+
+
+def _is_schema_rejection(exc: BaseException, text: str) -> bool:
+    if any(marker in text for marker in _SCHEMA_MARKERS):
+        return True
+    return _error_info_reason(exc) == "SCHEMA_VALIDATION_FAILED"
+
+
+def _error_info_reason(exc: BaseException) -> str | None:
+    """The ``google.rpc.ErrorInfo`` reason in a grpc error's trailing status details, if any."""
+    trailing = getattr(exc, "trailing_metadata", None)
+    if not callable(trailing):
+        return None
+    try:
+        from google.rpc import error_details_pb2, status_pb2
+
+        for key, value in trailing() or ():
+            if key != "grpc-status-details-bin":
+                continue
+            status = status_pb2.Status.FromString(value)
+            for detail in status.details:
+                info = error_details_pb2.ErrorInfo()
+                if detail.Unpack(info):
+                    return str(info.reason)
+    except Exception:  # a malformed detail must not hide the original error's class
+        return None
+    return None
+
+
+def _code_from_text(text_lower: str, text: str) -> str | None:
+    for description, code in _TONIC_DESCRIPTIONS.items():
+        if description in text_lower:
+            return code
+    for token in _CODE_TOKEN.findall(text):
+        if token in _FATAL_CODES | _POISON_CODES | _CONCURRENCY_CODES or token in {
+            "UNAVAILABLE",
+            "INTERNAL",
+            "UNKNOWN",
+            "ABORTED",
+            "CANCELLED",
+            "DEADLINE_EXCEEDED",
+        }:
+            return str(token)
+    return None
+
+
+def _class_of_code(code: str) -> ErrorClass:
+    if code in _FATAL_CODES:
+        return ErrorClass.FATAL
+    if code in _CONCURRENCY_CODES:
+        return ErrorClass.CONCURRENCY_REJECT
+    if code in _POISON_CODES:
+        return ErrorClass.POISON
+    return ErrorClass.TRANSIENT
+
+
+def _is_sdk_exception(exc: BaseException) -> tuple[bool, bool]:
+    """(is a ZerobusException, is a NonRetriableException), without importing the SDK eagerly."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return "ZerobusException" in names, "NonRetriableException" in names
+
+
+def classify(exc: BaseException) -> ErrorClass:
+    """What the sink should do about ``exc``. Table-driven tests pin every row."""
+    if isinstance(exc, ZerobusOrchestrationError):
+        return exc.error_class
+    text = str(exc)
+    lower = text.lower()
+    if _is_schema_rejection(exc, lower):
+        return ErrorClass.SCHEMA_REJECTED
+    code = grpc_code_name(exc)
+    if code is not None and code != "OK":
+        return _class_of_code(code)
+    is_sdk, non_retriable = _is_sdk_exception(exc)
+    if is_sdk:
+        found = _code_from_text(lower, text)
+        if any(marker in lower for marker in _CONFIG_MARKERS):
+            return ErrorClass.FATAL
+        if found is not None:
+            cls = _class_of_code(found)
+            # The SDK only raises a retryable code after its own recovery gave up on the stream.
+            if not non_retriable and cls is ErrorClass.TRANSIENT and not _mentions_timeout(lower):
+                return ErrorClass.POISON
+            return cls
+        if any(marker in lower for marker in _AUTH_MARKERS):
+            return ErrorClass.FATAL
+        if _mentions_timeout(lower):
+            return ErrorClass.TRANSIENT
+        return ErrorClass.POISON if non_retriable else ErrorClass.TRANSIENT
+    if isinstance(exc, ValueError | TypeError | KeyError):
+        return ErrorClass.FATAL  # bad input or configuration: retrying cannot help
+    if isinstance(exc, TimeoutError | ConnectionError):
+        return ErrorClass.TRANSIENT
+    return ErrorClass.FATAL
+
+
+def _mentions_timeout(lower: str) -> bool:
+    return any(marker in lower for marker in _TIMEOUT_MARKERS)
+
+
+def to_transport_error(exc: BaseException, context: str) -> TransportError:
+    """Wrap a foreign exception in the matching ``TransportError`` subclass, keeping its text."""
+    if isinstance(exc, TransportError):
+        return exc
+    cls = classify(exc)
+    message = f"{context}: {exc}"
+    code = grpc_code_name(exc) or _code_from_text(str(exc).lower(), str(exc))
+    if cls is ErrorClass.SCHEMA_REJECTED:
+        return SchemaRejectedError(message, causes=schema_causes(exc), code=code)
+    if cls is ErrorClass.CONCURRENCY_REJECT:
+        return ConcurrencyRejectedError(message, code=code)
+    if cls is ErrorClass.POISON:
+        return StreamPoisonedError(message, code=code)
+    if cls is ErrorClass.TRANSIENT:
+        return TransientError(message, code=code)
+    return FatalTransportError(message, code=code)
