@@ -35,5 +35,11 @@ test: lint typecheck pytest
 bench: $(STAMP)
 	$(LOOPBACK_ENV) $(BIN)/python benchmarks/pipelining.py
 
+# Regenerate the committed gRPC modules of the local Zerobus emulator from their .proto sources.
+PROTO_DIR := zerobus_orchestration/emulator/proto
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. \
+		$(PROTO_DIR)/zerobus_service.proto $(PROTO_DIR)/flight.proto
+
 clean:
 	rm -rf $(VENV) .zerobus .pytest_cache .mypy_cache .ruff_cache

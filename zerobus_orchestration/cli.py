@@ -71,6 +71,92 @@ def demo(
         raise typer.Exit(1)
 
 
+@app.command()
+def plan(
+    table: Annotated[str, typer.Option("--table", help="Target table, catalog.schema.table.")],
+    schema_from: Annotated[
+        Path, typer.Option("--schema-from", help="Parquet or Arrow IPC file whose schema declares the table.")
+    ],
+    contract: Annotated[
+        Path | None, typer.Option("--contract", help="ODCS data contract YAML with column descriptions.")
+    ] = None,
+    contract_object: Annotated[
+        str | None, typer.Option("--contract-object", help="Schema object in the contract (if several).")
+    ] = None,
+    role: Annotated[
+        str | None, typer.Option("--role", help="primary_raw or derived (default: config).")
+    ] = None,
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Execute the plan (create/evolve the table).")
+    ] = False,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show (or with --apply, execute) the reconcile plan for a table; exit 1 if the plan refuses."""
+    from zerobus_orchestration.catalog.commands import run_plan
+    from zerobus_orchestration.config import Role
+
+    cfg = resolve_config(config, warehouse)
+    try:
+        result = run_plan(
+            cfg,
+            table,
+            schema_from,
+            contract=contract,
+            contract_object=contract_object,
+            role=Role(role) if role else None,
+            apply=apply,
+        )
+    except (ZerobusOrchestrationError, ValueError) as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    emit(result.summary, as_json, result.human)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def check(
+    table: Annotated[str, typer.Option("--table", help="Target table, catalog.schema.table.")],
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check primary-raw preconditions; exit 1 listing every unmet one."""
+    from zerobus_orchestration.catalog.commands import run_check
+
+    cfg = resolve_config(config, warehouse)
+    try:
+        result = run_check(cfg, table)
+    except ZerobusOrchestrationError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    emit(result.summary, as_json, result.human)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def serve(
+    warehouse: WarehouseOpt = None,
+    port: Annotated[int | None, typer.Option("--port", help="gRPC port (default: config, 0 = free).")] = None,
+    token_port: Annotated[
+        int | None, typer.Option("--token-port", help="OAuth + Iceberg REST HTTP port (0 = free).")
+    ] = None,
+    faults: Annotated[Path | None, typer.Option("--faults", help="JSON list of emulator faults.")] = None,
+    no_iceberg: Annotated[bool, typer.Option("--no-iceberg", help="Skip the Iceberg mirror/REST.")] = False,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the local Zerobus emulator in the foreground; print endpoint, token URL and Iceberg REST URL."""
+    from zerobus_orchestration.emulator.faults import load_faults
+    from zerobus_orchestration.emulator.serve import run
+
+    ports = {k: v for k, v in {"port": port, "token_port": token_port}.items() if v is not None}
+    cfg = resolve_config(config, warehouse, emulator=ports or None)
+    armed = [*(load_faults(config) if config else []), *(load_faults(faults) if faults else [])]
+    run(cfg.warehouse, cfg.emulator, armed, as_json=as_json, iceberg=not no_iceberg)
+
+
 def main() -> None:
     app()
 

@@ -155,7 +155,15 @@ _TONIC_DESCRIPTIONS: dict[str, str] = {
 }
 
 _SCHEMA_MARKERS = ("schema_validation_failed", "invalid schema", "schema mismatch", "invalidschema")
-_AUTH_MARKERS = ("invalid uc token", "invaliductoken", "token fetch", "unauthenticated", "permission denied")
+# "Specified UC token is in invalid format: Client error (401)": the SDK's text for a rejected client secret.
+_AUTH_MARKERS = (
+    "invalid uc token",
+    "uc token is in invalid format",
+    "invaliductoken",
+    "token fetch",
+    "unauthenticated",
+    "permission denied",
+)
 _CONFIG_MARKERS = (
     "invalid table name",
     "invalid zerobus endpoint",

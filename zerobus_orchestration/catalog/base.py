@@ -19,14 +19,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 from pydantic import SecretStr
 
 from zerobus_orchestration.config import CommentPolicy, Role
-from zerobus_orchestration.errors import ConfigError
+from zerobus_orchestration.errors import ConfigError, UnsupportedType
 from zerobus_orchestration.reserved import RESERVED_DESCRIPTIONS, RESERVED_FIELDS, is_reserved
+from zerobus_orchestration.types import arrow_storage_type, arrow_type_of_delta, delta_type
 
 if TYPE_CHECKING:
     from zerobus_orchestration.catalog.plan import ReconcilePlan
@@ -138,17 +139,21 @@ class DesiredTable:
             if is_reserved(f.name):
                 continue
             columns.append(
-                DesiredColumn(f.name, f.type, f.nullable, payload_descriptions.get(f.name), engine_owned=False)
+                DesiredColumn(
+                    f.name, f.type, f.nullable, payload_descriptions.get(f.name), engine_owned=False
+                )
             )
         for rf in RESERVED_FIELDS:
             incoming = schema.field(rf.name) if rf.name in seen else None
-            if incoming is not None and incoming.type != rf.type:
+            if incoming is not None and not _same_storage(incoming.type, rf.type):
                 raise ConfigError(
                     f"table {name}: column {rf.name!r} is engine-owned ({rf.type}) but the schema declares "
                     f"{incoming.type}; rename the payload column"
                 )
             columns.append(
-                DesiredColumn(rf.name, rf.type, rf.nullable, RESERVED_DESCRIPTIONS[rf.name], engine_owned=True)
+                DesiredColumn(
+                    rf.name, rf.type, rf.nullable, RESERVED_DESCRIPTIONS[rf.name], engine_owned=True
+                )
             )
         unknown = sorted(set(payload_descriptions) - {c.name for c in columns})
         if unknown:
@@ -191,6 +196,19 @@ class LiveColumn:
     arrow_type: pa.DataType  # the canonical Arrow type for ``delta_type`` (``types.arrow_type_of_delta``)
     nullable: bool
     comment: str | None
+
+    @classmethod
+    def from_delta_field(cls, field: Mapping[str, Any]) -> LiveColumn:
+        """From a Delta StructField as JSON (the ``_delta_log`` schema, or Unity ``ColumnInfo.type_json``)."""
+        arrow = arrow_type_of_delta(field["type"])
+        comment = (field.get("metadata") or {}).get("comment")
+        return cls(
+            name=str(field["name"]),
+            delta_type=delta_type(arrow),
+            arrow_type=arrow,
+            nullable=bool(field.get("nullable", True)),
+            comment=str(comment) if comment is not None else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -277,6 +295,13 @@ class TableCatalog(Protocol):
     def vend_credentials(self, table: str, access: Access) -> VendedCredentials:
         """Short-lived storage credentials, or ``NotSupportedError`` where the backend cannot grant them."""
         ...
+
+
+def _same_storage(incoming: pa.DataType, reserved: pa.DataType) -> bool:
+    try:
+        return bool(arrow_storage_type(incoming) == reserved)
+    except UnsupportedType:
+        return False
 
 
 def names(columns: Iterable[LiveColumn | DesiredColumn]) -> list[str]:

@@ -1,0 +1,178 @@
+"""Pipelining benchmark: ZerobusSink versus an inline wait-per-batch loop, on MemoryTransport.
+
+For each ack latency (150 ms, the documented Zerobus p50 time to durability, and 5 ms) it measures:
+
+- ``sink_batches_per_s``: steady-state *durable, confirmed* batches per second through ``ZerobusSink``
+  (counted by the ack lanes in a window after warm-up, not by pushes);
+- ``inline_batches_per_s``: ``submit`` then ``wait_for_offset`` for every batch on one stream;
+- ``bound_batches_per_s``: the Little's-law bound ``in_flight_capacity / latency``. A stream can have
+  at most ``2 * ack_channel_capacity`` batches in flight (a full channel plus the burst its ack lane
+  holds while waiting), so ``in_flight_capacity = 2 * streams * ack_channel_capacity``; no batch is
+  durable sooner than one ack latency after its submit, so the sink cannot beat the bound.
+
+Run: ``python benchmarks/pipelining.py`` (table) or ``--json`` (one JSON object on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+import pyarrow as pa
+from prometheus_client import CollectorRegistry
+
+from zerobus_orchestration.config import PoolConfig
+from zerobus_orchestration.metrics import SinkMetrics
+from zerobus_orchestration.sink import StreamPool, ZerobusSink
+from zerobus_orchestration.transport.memory import LatencyModel, MemoryTransport
+
+TABLE = "main.bench.events"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    latency_s: float
+    streams: int
+    capacity: int
+
+
+@dataclass(frozen=True)
+class Result:
+    latency_s: float
+    streams: int
+    ack_channel_capacity: int
+    sink_batches_per_s: float
+    inline_batches_per_s: float
+    bound_batches_per_s: float
+    fraction_of_bound: float
+    speedup_vs_inline: float
+    coalesce_ratio_p50: float | None
+
+
+# In-flight capacity is chosen per latency so that filling one channel's worth from a single pushing
+# thread stays well under one ack latency on a small machine; the bound scales with it either way.
+DEFAULT_SCENARIOS = (Scenario(0.150, 2, 32), Scenario(0.005, 1, 2))
+
+
+def _batch(rows: int) -> pa.RecordBatch:
+    return pa.record_batch({"v": pa.array(range(rows), pa.int64())})
+
+
+def measure_sink(
+    scenario: Scenario, warmup_s: float, window_s: float, rows: int
+) -> tuple[float, float | None]:
+    transport = MemoryTransport(LatencyModel(base_s=scenario.latency_s), keep_payloads=False)
+    config = PoolConfig(min_streams=scenario.streams, ack_channel_capacity=scenario.capacity)
+    pool = StreamPool(transport, TABLE, config, metrics=SinkMetrics(CollectorRegistry()))
+    sink = ZerobusSink(pool, source="bench")
+    batch = _batch(rows)
+    sink.push(batch)
+    sink.flush()  # the pool is open before the clock starts
+    stop = threading.Event()
+
+    def pusher() -> None:
+        while not stop.is_set():
+            sink.push(batch)
+
+    thread = threading.Thread(target=pusher, daemon=True)
+    thread.start()
+    time.sleep(warmup_s)
+    delivered_0, started = pool.health().delivered, time.monotonic()
+    time.sleep(window_s)
+    delivered_1, ended = pool.health().delivered, time.monotonic()
+    stop.set()
+    thread.join()
+    coalesce = pool.health().coalesce_ratio_p50
+    pool.close()
+    return (delivered_1 - delivered_0) / (ended - started), coalesce
+
+
+def measure_inline(latency_s: float, window_s: float, rows: int) -> float:
+    transport = MemoryTransport(LatencyModel(base_s=latency_s), keep_payloads=False)
+    batch = _batch(rows)
+    stream = transport.open_stream(TABLE, batch.schema)
+    done, started = 0, time.monotonic()
+    while time.monotonic() - started < window_s:
+        stream.wait_for_offset(stream.submit(batch))  # what the sink exists to avoid
+        done += 1
+    elapsed = time.monotonic() - started
+    stream.close()
+    return done / elapsed
+
+
+def run(scenarios: tuple[Scenario, ...], warmup_s: float, window_s: float, rows: int) -> list[Result]:
+    results = []
+    for scenario in scenarios:
+        sink_rate, coalesce = measure_sink(scenario, warmup_s, window_s, rows)
+        inline_rate = measure_inline(scenario.latency_s, window_s, rows)
+        bound = 2 * scenario.streams * scenario.capacity / scenario.latency_s
+        results.append(
+            Result(
+                latency_s=scenario.latency_s,
+                streams=scenario.streams,
+                ack_channel_capacity=scenario.capacity,
+                sink_batches_per_s=round(sink_rate, 1),
+                inline_batches_per_s=round(inline_rate, 1),
+                bound_batches_per_s=round(bound, 1),
+                fraction_of_bound=round(sink_rate / bound, 3),
+                speedup_vs_inline=round(sink_rate / inline_rate, 1) if inline_rate else float("inf"),
+                coalesce_ratio_p50=coalesce,
+            )
+        )
+    return results
+
+
+def render(results: list[Result]) -> str:
+    header = (
+        f"{'latency':>8} {'streams':>7} {'capacity':>8} {'sink b/s':>10} {'inline b/s':>10} "
+        f"{'bound b/s':>10} {'of bound':>8} {'speedup':>8} {'coalesce p50':>12}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in results:
+        lines.append(
+            f"{r.latency_s * 1000:>6.0f}ms {r.streams:>7} {r.ack_channel_capacity:>8} "
+            f"{r.sink_batches_per_s:>10.1f} {r.inline_batches_per_s:>10.1f} {r.bound_batches_per_s:>10.1f} "
+            f"{r.fraction_of_bound:>8.1%} {r.speedup_vs_inline:>7.1f}x {r.coalesce_ratio_p50 or 0:>12}"
+        )
+    lines.append("target: the sink reaches >= 90% of the bound")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--warmup", type=float, default=1.0, help="seconds before the measuring window")
+    parser.add_argument("--window", type=float, default=4.0, help="measuring window per run, seconds")
+    parser.add_argument("--rows", type=int, default=100, help="rows per batch")
+    parser.add_argument("--streams", type=int, default=None, help="override streams for every latency")
+    parser.add_argument("--capacity", type=int, default=None, help="override ack_channel_capacity")
+    args = parser.parse_args(argv)
+    scenarios = tuple(
+        Scenario(s.latency_s, args.streams or s.streams, args.capacity or s.capacity)
+        for s in DEFAULT_SCENARIOS
+    )
+    results = run(scenarios, args.warmup, args.window, args.rows)
+    if args.json:
+        keys = (
+            "latency_s",
+            "sink_batches_per_s",
+            "inline_batches_per_s",
+            "bound_batches_per_s",
+            "fraction_of_bound",
+            "speedup_vs_inline",
+        )
+        payload = {"results": [{**{k: asdict(r)[k] for k in keys}, **asdict(r)} for r in results]}
+        sys.stdout.write(json.dumps(payload) + "\n")
+    else:
+        print(render(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

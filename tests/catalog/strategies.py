@@ -1,0 +1,37 @@
+"""Hypothesis strategies for Arrow schemas the catalog must accept."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from hypothesis import strategies as st
+
+from zerobus_orchestration.reserved import RESERVED_NAMES
+
+PRIMITIVES = st.sampled_from(
+    [
+        pa.bool_(), pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(),
+        pa.float32(), pa.float64(), pa.string(), pa.large_string(), pa.binary(), pa.large_binary(),
+        pa.date32(), pa.timestamp("us"), pa.timestamp("ns", tz="UTC"), pa.decimal128(10, 2),
+        pa.dictionary(pa.int32(), pa.string()),
+    ]
+)  # fmt: skip
+# Names with the characters that break naive SQL or path handling, plus plain ones.
+NAMES = st.text(alphabet=st.sampled_from("ab_Z9 `'\";.,=é日\n"), min_size=1, max_size=6).filter(
+    lambda n: n not in RESERVED_NAMES
+)
+
+
+def _nested(children: st.SearchStrategy[pa.DataType]) -> st.SearchStrategy[pa.DataType]:
+    return st.one_of(
+        children.map(pa.list_),
+        st.tuples(st.sampled_from([pa.string(), pa.int32()]), children).map(lambda kv: pa.map_(*kv)),
+        st.lists(st.tuples(NAMES, children), min_size=1, max_size=3, unique_by=lambda f: f[0].lower()).map(
+            lambda fs: pa.struct([pa.field(n, t) for n, t in fs])
+        ),
+    )
+
+
+TYPES = st.recursive(PRIMITIVES, _nested, max_leaves=4)
+SCHEMAS = st.lists(
+    st.tuples(NAMES, TYPES, st.booleans()), min_size=1, max_size=5, unique_by=lambda f: f[0].lower()
+).map(lambda fs: pa.schema([pa.field(n, t, nullable=nl) for n, t, nl in fs]))

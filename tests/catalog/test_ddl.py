@@ -1,0 +1,194 @@
+"""DDL renderer: every statement parses with sqlglot's databricks dialect and names come back intact."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+import sqlglot
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlglot import exp
+
+from zerobus_orchestration.catalog.base import DesiredTable, LiveColumn, ProtocolInfo, TableState
+from zerobus_orchestration.catalog.ddl import (
+    add_columns_sql,
+    create_table_sql,
+    quote_table,
+    render_plan,
+    set_comment_sql,
+    set_properties_sql,
+    string_literal,
+    widen_column_sql,
+)
+from zerobus_orchestration.catalog.plan import ColumnDef, CreateTable, SetComment, WidenColumn, plan
+from zerobus_orchestration.config import Role
+from zerobus_orchestration.errors import PlanRefusedError
+from zerobus_orchestration.reserved import RESERVED_NAMES
+from zerobus_orchestration.tables import TableName
+
+HOSTILE = [
+    "plain",
+    "with`backtick",
+    "``double``",
+    "it's",
+    'dq"x',
+    "semi;colon; DROP TABLE x; --",
+    "new\nline",
+    "tab\there",
+    "back\\slash",
+    "日本語",
+    "émoji 🎉",
+    "select",
+    "from",
+    "sp ace",
+    "a.b",
+    "/* c */",
+]
+
+
+def parse(sql: str) -> exp.Expression:
+    tree = sqlglot.parse_one(sql, read="databricks")
+    assert tree is not None
+    return tree
+
+
+def table_parts(tree: exp.Expression) -> tuple[str, str, str]:
+    table = tree.find(exp.Table)
+    assert table is not None
+    return table.catalog, table.db, table.name
+
+
+def column_defs(tree: exp.Expression) -> list[exp.ColumnDef]:
+    # Top-level column definitions only (nested STRUCT fields are ColumnDefs too).
+    return [c for c in tree.find_all(exp.ColumnDef) if not isinstance(c.parent, exp.DataType)]
+
+
+def comment_of(cdef: exp.ColumnDef) -> str | None:
+    for constraint in cdef.constraints:
+        if isinstance(constraint.kind, exp.CommentColumnConstraint):
+            return str(constraint.kind.this.this)
+    return None
+
+
+def quoted_table(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_names_round_trip_through_every_statement(name: str) -> None:
+    table = ".".join(quoted_table(p) for p in ("cat", name, name))
+    parts = TableName.parse(table)
+    assert (parts.schema, parts.table) == (name, name)
+    columns = (
+        ColumnDef(name, "STRING", pa.string(), False, f"comment with {name}"),
+        ColumnDef("s", "STRUCT", pa.struct([(name, pa.int32()), ("ok", pa.list_(pa.string()))]), True, None),
+    )
+    create = create_table_sql(CreateTable(table, columns, {name: name, "delta.x": "true"}))
+    tree = parse(create)
+    assert table_parts(tree) == ("cat", name, name)
+    defs = column_defs(tree)
+    assert [d.name for d in defs] == [name, "s"]
+    assert comment_of(defs[0]) == f"comment with {name}"
+    nested = [c.name for c in defs[1].find_all(exp.ColumnDef) if c is not defs[1]]
+    assert nested == [name, "ok"]
+    props = {
+        str(p.this.this): str(p.args["value"].this)
+        for p in tree.find_all(exp.Property)
+        if isinstance(p.this, exp.Literal)
+    }
+    assert props == {name: name, "delta.x": "true"}
+
+    add = parse(add_columns_sql(table, columns[:1]))
+    assert table_parts(add) == ("cat", name, name)
+    assert [d.name for d in column_defs(add)] == [name]
+
+    comment = parse(set_comment_sql(SetComment(table, name, f"x{name}", None)))
+    alter = comment.find(exp.AlterColumn)
+    assert alter is not None and alter.this.name == name
+    assert str(alter.args["comment"].this) == f"x{name}"
+
+    widen = parse(widen_column_sql(WidenColumn(table, name, "INT", "BIGINT", pa.int64())))
+    alter = widen.find(exp.AlterColumn)
+    assert (
+        alter is not None and alter.this.name == name and alter.args["dtype"].this == exp.DataType.Type.BIGINT
+    )
+
+    props_tree = parse(set_properties_sql(table, {name: f"v{name}"}))
+    prop = props_tree.find(exp.Property)
+    assert prop is not None and str(prop.this.this) == name and str(prop.args["value"].this) == f"v{name}"
+
+
+@settings(max_examples=200)
+@given(st.text(min_size=1, max_size=20))
+def test_any_text_survives_as_identifier_and_literal(text: str) -> None:
+    table = f"c.s.{quoted_table(text)}"
+    sql = set_comment_sql(SetComment(table, text, text, None))
+    tree = parse(sql)
+    assert table_parts(tree)[2] == text
+    alter = tree.find(exp.AlterColumn)
+    assert alter is not None and alter.this.name == text and str(alter.args["comment"].this) == text
+
+
+def test_one_statement_only_even_with_injection_attempts() -> None:
+    evil = "x'); DROP TABLE main.raw.events; --"
+    sql = set_properties_sql("main.raw.events", {evil: evil})
+    assert len(sqlglot.parse(sql, read="databricks")) == 1
+    assert string_literal(evil) == "'x\\'); DROP TABLE main.raw.events; --'"
+    assert quote_table("main.raw.events") == "`main`.`raw`.`events`"
+
+
+def test_render_plan_for_create_and_evolution() -> None:
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), nullable=False), ("payload", pa.struct([("a b", pa.uint8())]))]
+    )
+    d = DesiredTable.build("main.raw.events", schema, Role.PRIMARY_RAW, descriptions={"id": "pk"})
+    statements = render_plan(plan(None, d))
+    assert len(statements) == 1
+    tree = parse(statements[0])
+    assert isinstance(tree, exp.Create) and tree.args.get("exists")
+    defs = column_defs(tree)
+    assert [d.name for d in defs] == ["id", "payload", *RESERVED_NAMES]
+    assert "STRUCT<`a b`: SMALLINT>" in statements[0]
+
+    live = TableState(
+        "main.raw.events",
+        (LiveColumn("id", "BIGINT", pa.int64(), False, None),),
+        {},
+        ProtocolInfo(1, 2),
+        "tid",
+        None,
+        3,
+        True,
+    )
+    evolve = render_plan(plan(live, d))
+    kinds = [type(parse(s)).__name__ for s in evolve]
+    assert kinds == ["Alter", "Alter", "Alter"]  # ADD COLUMNS, ALTER COLUMN COMMENT, SET TBLPROPERTIES
+    added = [d.name for d in column_defs(parse(evolve[0]))]
+    assert added == ["payload", *RESERVED_NAMES]
+
+
+def test_render_plan_refuses_and_renders_nothing_for_refusals() -> None:
+    live = TableState(
+        "c.s.t",
+        (LiveColumn("gone", "INT", pa.int32(), True, None),),
+        {},
+        ProtocolInfo(1, 2),
+        "tid",
+        None,
+        0,
+        True,
+    )
+    d = DesiredTable.build("c.s.t", pa.schema([("id", pa.int64())]), Role.DERIVED)
+    with pytest.raises(PlanRefusedError, match="gone"):
+        render_plan(plan(live, d))
+
+
+def test_empty_plan_renders_no_statement() -> None:
+    d = DesiredTable.build("c.s.t", pa.schema([("id", pa.int64())]), Role.DERIVED)
+    create = plan(None, d).steps[0]
+    assert isinstance(create, CreateTable)
+    cols = tuple(
+        LiveColumn(c.name, c.delta_type, c.arrow_type, c.nullable, c.comment) for c in create.columns
+    )
+    live = TableState("c.s.t", cols, dict(create.properties), ProtocolInfo(1, 2), "tid", None, 0, True)
+    assert render_plan(plan(live, d)) == []

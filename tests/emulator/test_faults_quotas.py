@@ -1,0 +1,86 @@
+"""Fault bookkeeping (counted, one-shot by default), fault files, throttle and stream limits."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from emulator_helpers import SCHEMA, TABLE, events, open_arrow, read_table
+from pydantic import ValidationError
+
+from zerobus_orchestration.config import EmulatorConfig
+from zerobus_orchestration.emulator.faults import FaultInjector, FaultKind, FaultSpec, load_faults
+from zerobus_orchestration.emulator.quotas import StreamLimiter, Throttle
+from zerobus_orchestration.emulator.server import Emulator
+
+
+def test_faults_are_spent_after_their_stream_count() -> None:
+    injector = FaultInjector([FaultSpec(kind=FaultKind.ABORT, table="c.s.t", streams=2)])
+    assert injector.arm("c.s.other", "arrow") == []
+    assert len(injector.arm("C.S.T", "arrow")) == 1  # table names match case-insensitively
+    assert len(injector.arm("c.s.t", "row")) == 1
+    assert injector.arm("c.s.t", "arrow") == []  # spent: fresh connections are healthy again
+    assert injector.pending() == []
+
+
+def test_protocol_filter() -> None:
+    injector = FaultInjector([FaultSpec(kind=FaultKind.ROTATE, protocol="row")])
+    assert injector.arm("c.s.t", "arrow") == []
+    assert [f.kind for f in injector.arm("c.s.t", "row")] == [FaultKind.ROTATE]
+
+
+def test_fault_file_round_trip_and_validation(tmp_path: Path) -> None:
+    path = tmp_path / "faults.json"
+    path.write_text(
+        json.dumps([{"kind": "abort", "after_batches": 3, "status": "UNAVAILABLE"}, {"kind": "crash"}])
+    )
+    specs = load_faults(path)
+    assert [s.kind for s in specs] == [FaultKind.ABORT, FaultKind.CRASH]
+    path.write_text(json.dumps([{"kind": "abort", "streams": 0}]))
+    with pytest.raises(ValidationError, match="streams"):
+        load_faults(path)
+
+
+def test_throttle_holds_a_stream_to_its_rate() -> None:
+    throttle = Throttle(mb_s=10.0)
+    start = time.monotonic()
+    for _ in range(4):
+        throttle.consume(500_000)  # 2 MB at 10 MB/s: at least 0.2 s
+    assert time.monotonic() - start >= 0.19
+    Throttle(None).consume(10**12)  # unlimited returns at once
+
+
+def test_stream_limiter_counts_per_table() -> None:
+    limiter = StreamLimiter(1)
+    assert limiter.acquire("c.s.t") and not limiter.acquire("C.s.t") and limiter.acquire("c.s.u")
+    limiter.release("c.s.t")
+    assert limiter.acquire("c.s.t")
+
+
+def test_delayed_acks_still_arrive_and_limited_stream_still_delivers(warehouse: Path) -> None:
+    config = EmulatorConfig(time_to_table_s=0.2, per_stream_mb_s=50.0)
+    delay = FaultSpec(kind=FaultKind.DELAY_ACKS, after_batches=1, delay_s=0.3)
+    with Emulator(str(warehouse), config, faults=[delay], iceberg=False) as emu:
+        stream = open_arrow(emu, TABLE, SCHEMA)
+        start = time.monotonic()
+        last = [stream.ingest_batch(events([i])) for i in range(3)][-1]
+        stream.wait_for_offset(last)
+        assert time.monotonic() - start >= 0.3
+        stream.close()
+        emu.materialize_now(TABLE)
+    assert sorted(read_table(warehouse).column("id").to_pylist()) == [0, 1, 2]
+
+
+def test_faults_from_the_toml_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "zerobus.toml"
+    path.write_text(
+        '[zerobus]\nwarehouse = "wh"\n\n'
+        '[[zerobus_emulator_faults]]\nkind = "rotate"\nafter_batches = 5\ngrace_ms = 200\n\n'
+        '[[zerobus_emulator_faults]]\nkind = "reject_open"\nstatus = "RESOURCE_EXHAUSTED"\nstreams = 3\n'
+    )
+    specs = load_faults(path)
+    assert [(s.kind, s.streams) for s in specs] == [(FaultKind.ROTATE, 1), (FaultKind.REJECT_OPEN, 3)]
+    (tmp_path / "plain.toml").write_text('[zerobus]\nwarehouse = "wh"\n')
+    assert load_faults(tmp_path / "plain.toml") == []

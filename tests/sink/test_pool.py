@@ -1,0 +1,252 @@
+"""Stream pool: sizing, selection, poison -> bounded rebuild, concurrency rejects, graceful close."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from tests.sink.helpers import TABLE, CountingRecorder, positions_landed, rows
+from zerobus_orchestration.config import PoolConfig
+from zerobus_orchestration.errors import ConcurrencyRejectedError, SinkClosedError
+from zerobus_orchestration.metrics import SinkMetrics
+from zerobus_orchestration.sink import DeliveryFailedError, StreamPool, ZerobusSink
+from zerobus_orchestration.sink.pool import stable_index
+from zerobus_orchestration.transport.memory import FaultPlan, LatencyModel, MemoryStream, MemoryTransport
+
+
+def make(
+    transport: MemoryTransport, metrics: SinkMetrics, recorder: CountingRecorder | None = None, **cfg: object
+) -> tuple[StreamPool, ZerobusSink]:
+    config = PoolConfig(**{"min_streams": 3, "ack_channel_capacity": 8, **cfg})  # type: ignore[arg-type]
+    pool = StreamPool(transport, TABLE, config, recorder=recorder, metrics=metrics, seed=1)
+    return pool, ZerobusSink(pool, source="src")
+
+
+def test_pool_size_is_ceil_of_peak_over_ceiling_floored_at_min(metrics: SinkMetrics) -> None:
+    sized = StreamPool(MemoryTransport(), TABLE, PoolConfig(peak_mb_s=250.0), metrics=metrics)
+    floored = StreamPool(
+        MemoryTransport(), TABLE, PoolConfig(peak_mb_s=250.0, min_streams=4), metrics=metrics
+    )
+    assert (sized.size, floored.size) == (math.ceil(250 / 100), 4)
+
+
+def test_pool_opens_lazily_at_first_write_and_logs_size(
+    metrics: SinkMetrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    transport = MemoryTransport()
+    pool, sink = make(transport, metrics)
+    assert transport.open_attempts == 0
+    with caplog.at_level("INFO"):
+        sink.push(rows(0, 3))
+        sink.flush()
+    assert "opening 3 stream(s)" in caplog.text
+    pool.close()
+    assert len(transport.streams(TABLE)) == 3
+
+
+def test_round_robin_spreads_and_ordering_key_pins_one_stream(metrics: SinkMetrics) -> None:
+    transport = MemoryTransport()
+    pool, sink = make(transport, metrics)
+    spread = sink.send([rows(i, 1) for i in range(9)])
+    pinned = sink.send([rows(100 + i, 1) for i in range(9)], key="customer-42")
+    sink.flush()
+    assert sorted({r.member for r in spread}) == [0, 1, 2]
+    assert {r.member for r in pinned} == {stable_index("customer-42", 3)}
+    assert stable_index("customer-42", 3) == stable_index("customer-42", 3)
+    pool.close()
+
+
+def test_poison_rebuilds_within_budget_resubmits_and_other_members_keep_their_streams(
+    metrics: SinkMetrics,
+) -> None:
+    recorder = CountingRecorder()
+    transport = MemoryTransport(LatencyModel(base_s=0.002), FaultPlan(poison_at={0: 4}))
+    pool, sink = make(transport, metrics, recorder)
+    receipts = sink.send([rows(i * 10, 10) for i in range(60)])
+    sink.flush()
+    health = pool.health()
+    assert health.rebuilds == 1 and health.poisoned == 1 and health.failed_batches == 0
+    assert [s.stream_id for s in health.streams][1:] == ["mem-1", "mem-2"]  # untouched members
+    assert health.streams[0].stream_id != "mem-0"
+    assert metrics.sample("zerobus_stream_rebuilds_total", {"table": TABLE, "stream": "0"}) == 1
+    assert metrics.sample("zerobus_stream_rebuilds_total", {"table": TABLE, "stream": "1"}) is None
+    # No offset re-advanced: every span recorded exactly once, delivered == submitted per member.
+    assert recorder.recorded_twice() == []
+    assert recorder.covered() == 600
+    assert all(s.delivered == s.submitted for s in health.streams)
+    assert all(r.future.result(timeout=5) == r.span for r in receipts)
+    # At least once: every position landed; nothing acknowledged was lost.
+    assert sorted(set(positions_landed(transport))) == list(range(600))
+    pool.close()
+
+
+class GatedTransport(MemoryTransport):
+    """Opens after the first ``free_opens`` block until the test releases them (a slow rebuild)."""
+
+    def __init__(self, free_opens: int, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.free_opens = free_opens
+        self.release = threading.Event()
+        self.blocked = threading.Event()
+
+    def open_stream(self, table: str, schema: pa.Schema) -> MemoryStream:
+        if self.open_attempts >= self.free_opens:
+            self.blocked.set()
+            self.release.wait(30)
+        return super().open_stream(table, schema)
+
+
+def test_other_members_serve_while_one_rebuilds(metrics: SinkMetrics) -> None:
+    recorder = CountingRecorder()
+    transport = GatedTransport(3, latency=LatencyModel(base_s=0.001), faults=FaultPlan(poison_at={0: 0}))
+    pool, sink = make(transport, metrics, recorder)
+    first = sink.send([rows(i, 1) for i in range(3)])  # member 0's batch poisons its stream
+    assert transport.blocked.wait(10)  # the rebuild is stuck opening a new stream
+    assert pool.health().streams[0].rebuilding
+    during = sink.send([rows(10 + i, 1) for i in range(10)])
+    assert {r.member for r in during} == {1, 2}
+    for receipt in during:  # confirmed durable while member 0 is still rebuilding
+        assert receipt.future.result(timeout=10) == receipt.span
+    assert not first[0].future.done()
+    transport.release.set()
+    sink.flush()
+    assert first[0].future.result(timeout=5) == first[0].span
+    assert recorder.recorded_twice() == [] and recorder.covered() == 13
+    pool.close()
+
+
+class RejectAfter(MemoryTransport):
+    def __init__(self, free_opens: int, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.free_opens = free_opens
+        self.attempts = 0
+
+    def open_stream(self, table: str, schema: pa.Schema) -> MemoryStream:
+        self.attempts += 1
+        if self.attempts > self.free_opens:
+            raise ConcurrencyRejectedError(f"{table}: RESOURCE_EXHAUSTED")
+        return super().open_stream(table, schema)
+
+
+def test_rebuild_that_cannot_finish_in_budget_fails_only_that_members_batches(metrics: SinkMetrics) -> None:
+    recorder = CountingRecorder()
+    transport = RejectAfter(3, latency=LatencyModel(base_s=0.001), faults=FaultPlan(poison_at={0: 0}))
+    pool, sink = make(
+        transport,
+        metrics,
+        recorder,
+        rebuild_budget_s=0.3,
+        open_backoff_initial_s=0.02,
+        open_backoff_max_s=0.05,
+    )
+    receipts = sink.send([rows(i, 1) for i in range(6)])
+    with pytest.raises(DeliveryFailedError, match="not delivered"):
+        sink.flush()
+    failed = [r for r in receipts if r.member == 0]
+    assert failed and all(r.future.exception(timeout=5) is not None for r in failed)
+    delivered = [r for r in receipts if r.member != 0]
+    assert all(r.future.result(timeout=5) == r.span for r in delivered)
+    assert recorder.covered() == len(delivered)  # coverage never claims the lost batches
+    health = pool.health()
+    assert health.streams[0].failed and health.failed_batches == len(failed)
+    late = sink.send(rows(100, 1))  # the pool keeps serving on the healthy members
+    assert late[0].member != 0 and late[0].future.result(timeout=5) == late[0].span
+    with pytest.raises(DeliveryFailedError):
+        pool.close()
+
+
+def test_repeated_concurrency_rejects_back_off_and_data_flows_on_existing_members(
+    metrics: SinkMetrics,
+) -> None:
+    recorder = CountingRecorder()
+    transport = MemoryTransport(LatencyModel(base_s=0.002), FaultPlan(max_streams_per_table=1))
+    initial, ceiling = 0.05, 0.2
+    pool, sink = make(
+        transport, metrics, recorder, open_backoff_initial_s=initial, open_backoff_max_s=ceiling
+    )
+    started = time.monotonic()
+    for i in range(40):
+        sink.push(rows(i * 5, 5))
+        time.sleep(0.01)  # keep pushing for a while so the supervisor keeps retrying
+    sink.flush()
+    elapsed = time.monotonic() - started
+    health = pool.health()
+    assert health.alive == 1 and recorder.covered() == 200
+    assert len(transport.streams(TABLE)) == 1
+    # Bounded opens: one per backoff period at most (jittered to >= half the period), not a storm.
+    doublings = math.ceil(math.log2(ceiling / initial))
+    bound = 3 + doublings + elapsed / (initial * 0.5)
+    assert transport.open_attempts <= bound, (transport.open_attempts, elapsed)
+    assert pool.concurrency_rejects == transport.rejected_opens >= 1
+    assert metrics.sample("zerobus_concurrency_rejects_total", {"table": TABLE}) == pool.concurrency_rejects
+    pool.close()
+
+
+def test_first_open_rejected_waits_out_backoff_then_writes(metrics: SinkMetrics) -> None:
+    transport = MemoryTransport(faults=FaultPlan(reject_first_opens=2))
+    pool, sink = make(transport, metrics, min_streams=1, open_backoff_initial_s=0.01, open_backoff_max_s=0.02)
+    receipt = sink.send(rows(0, 2))[0]
+    assert receipt.future.result(timeout=10) == receipt.span
+    assert pool.concurrency_rejects == 2
+    pool.close()
+
+
+def test_graceful_close_loses_no_confirmation(metrics: SinkMetrics) -> None:
+    recorder = CountingRecorder()
+    transport = MemoryTransport(LatencyModel.around(0.02, seed=3))
+    pool, sink = make(transport, metrics, recorder)
+    receipts = sink.send([rows(i * 4, 4) for i in range(100)])
+    assert not all(r.future.done() for r in receipts)  # still in flight when close starts
+    pool.close()
+    assert all(r.future.result(timeout=0) == r.span for r in receipts)
+    assert recorder.covered() == 400 and recorder.recorded_twice() == []
+    assert transport.durable_rows(TABLE) == 400
+    assert pool.health().pending == 0
+    with pytest.raises(SinkClosedError):
+        sink.push(rows(1000, 1))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    poison=st.dictionaries(st.integers(0, 5), st.integers(0, 12), max_size=3),
+    transient=st.dictionaries(st.integers(0, 5), st.integers(1, 3), max_size=3),
+    seed=st.integers(0, 1000),
+    batches=st.integers(1, 40),
+)
+def test_each_confirmation_fires_exactly_once_across_retries_and_rebuilds(
+    poison: dict[int, int], transient: dict[int, int], seed: int, batches: int
+) -> None:
+    recorder = CountingRecorder()
+    faults = FaultPlan(poison_at=poison, transient_wait_failures=transient, seed=seed)
+    transport = MemoryTransport(LatencyModel(base_s=0.0005, jitter_s=0.002, seed=seed), faults)
+    metrics = SinkMetrics(CollectorRegistry())
+    pool, sink = make(transport, metrics, recorder, open_backoff_initial_s=0.01)
+    receipts = sink.send([rows(i * 3, 3) for i in range(batches)])
+    pool.close(timeout=30)
+    assert recorder.recorded_twice() == []
+    assert recorder.spans() == [r.span for r in receipts]
+    assert all(r.future.result(timeout=0) == r.span for r in receipts)
+    assert sorted(set(positions_landed(transport))) == list(range(batches * 3))
+    health = pool.health()
+    assert health.delivered == health.submitted == batches
+
+
+def test_schema_change_drains_and_reopens_every_member_with_the_new_schema(metrics: SinkMetrics) -> None:
+    recorder = CountingRecorder()
+    transport = MemoryTransport(LatencyModel(base_s=0.002))
+    pool, sink = make(transport, metrics, recorder, min_streams=2)
+    sink.push(rows(0, 2))
+    sink.push(pa.record_batch({"v": pa.array([2, 3], pa.int64()), "extra": ["a", "b"]}))
+    sink.flush()
+    streams = transport.streams(TABLE)
+    assert len(streams) == 4  # two members, each re-opened once for the new schema
+    assert all("extra" in s.schema.names for s in streams[2:])
+    assert recorder.covered() == 4 and pool.health().rebuilds == 0  # a re-open is not a rebuild
+    pool.close()

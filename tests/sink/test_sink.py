@@ -1,0 +1,281 @@
+"""ZerobusSink API: stamping, gate seam, receipts, finish/flush, inputs, lanes, thread safety, metrics."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+import threading
+import time
+from concurrent.futures import Future
+
+import pyarrow as pa
+import pytest
+
+from tests.sink.helpers import TABLE, CountingRecorder, rows
+from zerobus_orchestration.config import PoolConfig
+from zerobus_orchestration.errors import SinkClosedError, WriteBoundaryError
+from zerobus_orchestration.metrics import SinkMetrics
+from zerobus_orchestration.ranges import CoverageKey, OffsetRange
+from zerobus_orchestration.reserved import EMIT_TS, OFFSET, RESERVED_FIELDS, SOURCE
+from zerobus_orchestration.sink import (
+    ConfirmationLaneError,
+    DerivedCoverage,
+    LaneKind,
+    PendingAck,
+    RawAnchor,
+    SchemaGate,
+    StreamPool,
+    ZerobusSink,
+)
+from zerobus_orchestration.transport.memory import LatencyModel, MemoryTransport
+
+
+def make_pool(
+    transport: MemoryTransport, metrics: SinkMetrics, recorder: object = None, lane: LaneKind = LaneKind.RAW
+) -> StreamPool:
+    config = PoolConfig(min_streams=2, ack_channel_capacity=8)
+    return StreamPool(transport, TABLE, config, lane=lane, recorder=recorder, metrics=metrics)  # type: ignore[arg-type]
+
+
+def test_stamps_reserved_columns_and_anchors_exact_row_positions(metrics: SinkMetrics) -> None:
+    recorder = CountingRecorder()
+    transport = MemoryTransport()
+    pool = make_pool(transport, metrics, recorder)
+    before = dt.datetime.now(dt.UTC)
+    with ZerobusSink(pool, source="asset/orders", partition="2026-11-29", start_offset=100) as sink:
+        sink.push(rows(0, 3))
+        sink.push(pa.Table.from_batches([rows(3, 2), rows(5, 4)]))
+    landed = transport.durable_table(TABLE).sort_by(OFFSET)
+    assert landed.schema.field(EMIT_TS).type == RESERVED_FIELDS[0].type
+    assert landed.column(OFFSET).to_pylist() == list(range(100, 109))
+    assert set(landed.column(SOURCE).to_pylist()) == {"asset/orders"}
+    assert all(before <= ts <= dt.datetime.now(dt.UTC) for ts in landed.column(EMIT_TS).to_pylist())
+    key = CoverageKey(TABLE, "asset/orders", "2026-11-29")
+    assert sorted(recorder.counts) == [
+        (key, OffsetRange(100, 103)),
+        (key, OffsetRange(103, 105)),
+        (key, OffsetRange(105, 109)),
+    ]
+    pool.close()
+
+
+def test_declared_offset_column_drives_positions_and_gaps_fail_before_sending(metrics: SinkMetrics) -> None:
+    recorder = CountingRecorder()
+    transport = MemoryTransport()
+    pool = make_pool(transport, metrics, recorder)
+    sink = ZerobusSink(pool, source="s", offset_column="pos")
+    sink.send(pa.record_batch({"pos": pa.array([7, 8, 9], pa.int32()), "v": ["a", "b", "c"]}))
+    with pytest.raises(ValueError, match=r"main\.raw\.events: offset column 'pos' must hold contiguous"):
+        sink.push(pa.record_batch({"pos": pa.array([10, 12], pa.int32()), "v": ["d", "e"]}))
+    with pytest.raises(ValueError, match="declared offset column 'pos' is missing"):
+        sink.push(pa.record_batch({"v": ["x"]}))
+    sink.flush()
+    assert transport.durable_table(TABLE).column(OFFSET).to_pylist() == [7, 8, 9]
+    assert recorder.spans() == [OffsetRange(7, 10)]
+    assert sink.finish()[1] == OffsetRange(0, 10)
+    pool.close()
+
+
+def test_reserved_column_in_input_is_refused_naming_it(metrics: SinkMetrics) -> None:
+    transport = MemoryTransport()
+    pool = make_pool(transport, metrics)
+    sink = ZerobusSink(pool, source="s")
+    with pytest.raises(ValueError, match="'_twg_offset' is reserved"):
+        sink.push(pa.record_batch({"_twg_offset": [1]}))
+    assert transport.open_attempts == 0
+    pool.close()
+
+
+class FakeGate:
+    """Declares ``v`` as int64 and refuses strings, like the catalog's write-boundary guard."""
+
+    def __init__(self) -> None:
+        self.ensured: list[pa.Schema] = []
+        self.checked = 0
+
+    def ensure(self, table: str, schema: pa.Schema) -> pa.Schema:
+        self.ensured.append(schema)
+        fields = [pa.field(f.name, pa.int64()) if f.name == "v" else f for f in schema]
+        return pa.schema(fields)
+
+    def check(self, table: str, batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+        self.checked += 1
+        incoming = batch.schema.field("v").type
+        if pa.types.is_string(incoming):
+            raise WriteBoundaryError(
+                f"{table}: column v is {incoming}, declared bigint; fix: cast before writing",
+                table=table,
+                column="v",
+                kind="type",
+            )
+        return batch.cast(target)
+
+
+def test_gate_is_called_on_schema_change_casts_and_refuses_before_sending(metrics: SinkMetrics) -> None:
+    gate = FakeGate()
+    assert isinstance(gate, SchemaGate)
+    transport = MemoryTransport()
+    pool = make_pool(transport, metrics)
+    sink = ZerobusSink(pool, source="s", gate=gate)
+    sink.push(pa.record_batch({"v": pa.array([1, 2], pa.int32())}))
+    sink.push(pa.record_batch({"v": pa.array([3], pa.int32())}))
+    assert len(gate.ensured) == 1 and gate.checked == 2  # same schema: ensure once
+    assert gate.ensured[0].names == ["v", EMIT_TS, SOURCE, OFFSET]  # the gate sees the stamped schema
+    with pytest.raises(WriteBoundaryError, match="column v is string"):
+        sink.push(pa.record_batch({"v": ["nope"]}))
+    assert len(gate.ensured) == 2  # new incoming schema: ensure again
+    sink.flush()
+    landed = transport.durable_table(TABLE)
+    assert landed.schema.field("v").type == pa.int64()
+    assert landed.num_rows == 3  # nothing of the refused batch was sent
+    assert sink.finish()[1] == OffsetRange(0, 3)  # and it claimed no row positions
+    assert metrics.sample("zerobus_type_reconcile_total", {"table": TABLE, "kind": "cast"}) == 2
+    pool.close()
+
+
+def test_receipts_resolve_only_after_the_durable_ack_and_finish_does_not_wait(metrics: SinkMetrics) -> None:
+    recorder = CountingRecorder()
+    transport = MemoryTransport()
+    pool = make_pool(transport, metrics, recorder)
+    sink = ZerobusSink(pool, source="s")
+    sink.push(rows(0, 1))
+    sink.flush()  # pool open and warm
+    transport.pause_acks()
+    receipts = sink.send([rows(1, 2), rows(3, 3)])
+    info, span = sink.finish()  # returns at once with the submitted high-water
+    assert (info.batches, info.rows, span) == (3, 6, OffsetRange(0, 6))
+    time.sleep(0.05)
+    assert not any(r.future.done() for r in receipts)
+    assert recorder.covered() == 1  # coverage has not moved past what is durable
+    assert pool.health().pending == 2
+    transport.resume_acks()
+    assert [r.durable(timeout=5) for r in receipts] == [OffsetRange(1, 3), OffsetRange(3, 6)]
+    sink.flush()
+    assert recorder.covered() == 6
+    pool.close()
+
+
+def test_record_batch_reader_and_iterables_are_accepted(metrics: SinkMetrics) -> None:
+    transport = MemoryTransport()
+    pool = make_pool(transport, metrics)
+    sink = ZerobusSink(pool, source="s", max_batch_rows=4)
+    schema = rows(0, 1).schema
+    reader = pa.RecordBatchReader.from_batches(schema, (rows(i * 10, 10) for i in range(3)))
+    receipts = sink.send(reader)
+    sink.push(iter([rows(30, 2)]))
+    sink.flush()
+    assert len(receipts) == 9  # 10-row batches sliced to at most 4 rows
+    assert transport.durable_rows(TABLE) == 32
+    with pytest.raises(TypeError, match="expected Arrow record batches"):
+        sink.push([{"v": 1}])  # type: ignore[list-item]
+    pool.close()
+
+
+def test_derived_lane_refuses_raw_anchor_at_construction(metrics: SinkMetrics) -> None:
+    derived = make_pool(MemoryTransport(), metrics, lane=LaneKind.DERIVED)
+    with pytest.raises(ConfirmationLaneError, match="raw-lane sink cannot write through a derived-lane"):
+        ZerobusSink(derived, source="s", lane=LaneKind.RAW)
+    key, span = CoverageKey("k", "s"), OffsetRange(0, 1)
+    with pytest.raises(ConfirmationLaneError, match="RawAnchor"):
+        PendingAck(LaneKind.DERIVED, 0, 0, RawAnchor(key, span), 0.0, rows(0, 1))
+    with pytest.raises(ConfirmationLaneError, match="DerivedCoverage"):
+        PendingAck(LaneKind.RAW, 0, 0, DerivedCoverage(key, span), 0.0, rows(0, 1))
+    recorder = CountingRecorder()
+    ok = make_pool(MemoryTransport(), metrics, recorder, lane=LaneKind.DERIVED)
+    with ZerobusSink(ok, source="s") as sink:  # the lane's own kind: DerivedCoverage
+        sink.push(rows(0, 2))
+    assert recorder.spans() == [OffsetRange(0, 2)]
+    ok.close()
+
+
+def test_concurrent_pushers_get_disjoint_contiguous_positions(metrics: SinkMetrics) -> None:
+    recorder = CountingRecorder()
+    transport = MemoryTransport(LatencyModel(base_s=0.001, jitter_s=0.002))
+    pool = make_pool(transport, metrics, recorder)
+    sink = ZerobusSink(pool, source="s")
+
+    def pusher(worker: int) -> None:
+        for i in range(50):
+            sink.push(rows(worker * 1000 + i, 1 + (i % 3)))
+
+    threads = [threading.Thread(target=pusher, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    sink.close()
+    spans = recorder.spans()
+    total = sum(1 + (i % 3) for i in range(50)) * 4
+    assert spans[0].start == 0 and spans[-1].end == total
+    assert all(a.end == b.start for a, b in itertools.pairwise(spans))  # no overlap, no gap
+    assert sorted(transport.durable_table(TABLE).column(OFFSET).to_pylist()) == list(range(total))
+    with pytest.raises(SinkClosedError):
+        sink.push(rows(0, 1))
+    pool.close()
+
+
+def test_health_snapshot_and_metric_names(metrics: SinkMetrics) -> None:
+    transport = MemoryTransport(LatencyModel(base_s=0.002))
+    pool = make_pool(transport, metrics)
+    with ZerobusSink(pool, source="s") as sink:
+        for i in range(20):
+            sink.push(rows(i, 1))
+    health = sink.health()
+    data = health.as_dict()
+    json.dumps(data)  # renderable as Dagster metadata / an Airflow log line
+    assert data["submitted"] == data["delivered"] == 20 and data["pending"] == 0 and data["healthy"]
+    assert health.coalesce_ratio_p50 is not None and health.delivery_latency_p99_s is not None
+    assert {s["index"] for s in data["streams"]} == {0, 1}
+    names = {m.name for m in metrics.registry.collect()}
+    for name in (
+        "zerobus_ack_coalesce_ratio",
+        "zerobus_pending_offsets",
+        "zerobus_delivery_latency_seconds",
+        "zerobus_ack_lane_retry",
+        "zerobus_ack_lane_poisoned",
+        "zerobus_stream_rebuilds",
+        "zerobus_concurrency_rejects",
+        "zerobus_type_reconcile",
+        "zerobus_rows_submitted",
+        "zerobus_bytes_submitted",
+        "zerobus_rows_delivered",
+        "zerobus_bytes_delivered",
+    ):
+        assert name in names
+    labels = {"table": TABLE, "stream": "0"}
+    rows_0 = metrics.sample("zerobus_rows_delivered_total", labels) or 0
+    rows_1 = metrics.sample("zerobus_rows_delivered_total", {"table": TABLE, "stream": "1"}) or 0
+    assert rows_0 + rows_1 == 20
+    pool.close()
+
+
+def test_no_confirm_resolves_receipts_without_recording(metrics: SinkMetrics) -> None:
+    recorder = CountingRecorder()
+    pool = make_pool(MemoryTransport(), metrics, recorder)
+    sink = ZerobusSink(pool, source="s", confirm=False)
+    receipts = sink.send(rows(0, 2))
+    assert receipts[0].durable(timeout=5) is None
+    assert isinstance(receipts[0].future, Future) and recorder.spans() == []
+    pool.close()
+
+
+def test_push_at_places_rows_at_explicit_positions_for_resume(metrics: SinkMetrics) -> None:
+    recorder = CountingRecorder()
+    transport = MemoryTransport()
+    pool = make_pool(transport, metrics, recorder)
+    sink = ZerobusSink(pool, source="s")
+    sink.push(rows(0, 3))  # positions 0..2
+    sink.push(pa.Table.from_batches([rows(10, 2), rows(12, 2)]), at=10)  # resume after a covered gap
+    sink.push(rows(20, 1))  # continues after the highest position claimed
+    with pytest.raises(ValueError, match="at=-1 needs a non-negative position"):
+        sink.push(rows(0, 1), at=-1)
+    sink.flush()
+    assert recorder.spans() == [
+        OffsetRange(0, 3),
+        OffsetRange(10, 12),
+        OffsetRange(12, 14),
+        OffsetRange(14, 15),
+    ]
+    assert sink.finish()[1] == OffsetRange(0, 15)
+    pool.close()

@@ -1,0 +1,298 @@
+"""The ``unity`` backend against the fake Unity Catalog (real databricks-sdk underneath)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pytest
+from pydantic import SecretStr
+
+from zerobus_orchestration.catalog.base import Access, DesiredTable
+from zerobus_orchestration.catalog.unity import (
+    StatementFailedError,
+    StatementPolling,
+    UnityCatalog,
+    workspace_client,
+)
+from zerobus_orchestration.config import CatalogBackend, CatalogConfig, Role, ZerobusConfig
+from zerobus_orchestration.errors import CatalogError, ConfigError, NotSupportedError, PlanRefusedError
+from zerobus_orchestration.preconditions import check_primary_raw, unmet
+from zerobus_orchestration.testing import FakeUnityCatalog
+
+TABLE = "main.raw.events"
+
+
+def schema(*extra: pa.Field) -> pa.Schema:
+    return pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string()), *extra])
+
+
+def desired(*extra: pa.Field, role: Role = Role.PRIMARY_RAW, **kwargs: object) -> DesiredTable:
+    return DesiredTable.build(TABLE, schema(*extra), role, **kwargs)  # type: ignore[arg-type]
+
+
+def submitted(uc: FakeUnityCatalog) -> int:
+    """Statements submitted so far (DDL and the describe reads)."""
+    return sum(1 for r in uc.requests if r.method == "POST" and r.path == "/api/2.0/sql/statements")
+
+
+def test_describe_absent_table_is_none(unity: UnityCatalog) -> None:
+    assert unity.describe(TABLE) is None
+
+
+def test_primary_raw_reconcile_creates_a_real_uniform_table(unity: UnityCatalog) -> None:
+    outcome = unity.reconcile(TABLE, desired(descriptions={"id": "Event id, it's 'unique'"}))
+    assert outcome.applied and outcome.plan.creates and outcome.version_before is None
+    state = outcome.state
+    assert state.registered and state.role is Role.PRIMARY_RAW and state.version == 0
+    assert state.properties["delta.enableIcebergCompatV2"] == "true"
+    assert state.properties["delta.universalFormat.enabledFormats"] == "iceberg"
+    assert state.properties["delta.columnMapping.mode"] == "name"
+    assert state.properties["delta.enableDeletionVectors"] == "false"
+    assert "delta.minReaderVersion" not in state.properties  # protocol keys live in state.protocol
+    assert (state.protocol.min_reader_version, state.protocol.min_writer_version) == (2, 7)
+    assert {"columnMapping", "icebergCompatV2"} <= state.protocol.writer_features
+    id_col = state.column("id")
+    assert id_col is not None and id_col.delta_type == "BIGINT" and not id_col.nullable
+    assert id_col.comment is not None and id_col.comment.startswith("Event id, it's 'unique' [twg:managed")
+    assert state.table_id and state.location and state.table_id in state.location
+    assert [c.name for c in check_primary_raw(unity, TABLE) if c.ok] == [
+        "registered",
+        "iceberg_reads",
+        "column_mapping",
+        "protocol",
+        "deletion_vectors_disabled",
+    ]
+
+
+def test_second_reconcile_is_a_no_op_without_ddl(unity: UnityCatalog, fake_uc: FakeUnityCatalog) -> None:
+    first = unity.reconcile(TABLE, desired(descriptions={"id": "Event id"}))
+    before = submitted(fake_uc)
+    again = unity.reconcile(TABLE, desired(descriptions={"id": "Event id"}))
+    assert not again.applied and again.plan.empty
+    assert again.version_before == again.version_after == first.version_after
+    table = fake_uc.table(TABLE)
+    assert table is not None and table.version == 0
+    # Only the describe reads (DESCRIBE DETAIL + DESCRIBE HISTORY) were submitted.
+    assert submitted(fake_uc) - before == 2
+
+
+def test_evolution_adds_columns_and_rewrites_changed_descriptions(unity: UnityCatalog) -> None:
+    unity.reconcile(TABLE, desired(descriptions={"id": "v1"}))
+    outcome = unity.reconcile(TABLE, desired(pa.field("amount", pa.float64()), descriptions={"id": "v2"}))
+    kinds = [s.kind for s in outcome.plan.steps]
+    assert kinds == ["add_column", "set_comment"]
+    assert outcome.version_before == 0 and outcome.version_after == 2
+    amount = outcome.state.column("amount")
+    assert amount is not None and amount.delta_type == "DOUBLE" and amount.nullable
+    id_col = outcome.state.column("id")
+    assert id_col is not None and id_col.comment is not None and id_col.comment.startswith("v2 [twg:managed")
+
+
+def test_human_edited_comment_is_kept_under_respect(unity: UnityCatalog, fake_uc: FakeUnityCatalog) -> None:
+    unity.reconcile(TABLE, desired(descriptions={"id": "v1"}))
+    fake_uc.execute_sql(f"COMMENT ON COLUMN {TABLE}.id IS 'curated by a human [twg:managed h=00000000]'")
+    outcome = unity.reconcile(TABLE, desired(descriptions={"id": "v2"}))
+    assert outcome.plan.empty and not outcome.applied
+    assert any("edited outside the catalog" in n for n in outcome.notes)
+    col = outcome.state.column("id")
+    assert col is not None and col.comment == "curated by a human [twg:managed h=00000000]"
+
+
+def test_failed_statement_raises_naming_statement_and_error(
+    unity: UnityCatalog, fake_uc: FakeUnityCatalog
+) -> None:
+    unity.reconcile(TABLE, desired())
+    # A user-supplied property that Databricks refuses on a UniForm table: the SDK does not raise, we do.
+    wanted = desired(properties={"delta.enableDeletionVectors": "true"})
+    with pytest.raises(StatementFailedError) as info:
+        unity.reconcile(TABLE, wanted)
+    err = info.value
+    assert err.state == "FAILED"
+    assert err.sql_error_class == "DELTA_ICEBERG_COMPAT_VIOLATION.DELETION_VECTORS_SHOULD_BE_DISABLED"
+    assert err.statement.startswith("ALTER TABLE `main`.`raw`.`events` SET TBLPROPERTIES")
+    assert err.statement in str(err) and "DELETION_VECTORS_SHOULD_BE_DISABLED" in str(err)
+    assert "delta.enableDeletionVectors' = 'false'" in str(err)  # the fix
+    assert isinstance(err, CatalogError)
+
+
+def test_failure_midway_reports_what_already_ran(unity: UnityCatalog, fake_uc: FakeUnityCatalog) -> None:
+    unity.reconcile(TABLE, desired(descriptions={"id": "v1"}))
+    fake_uc.fail_next_statement("INTERNAL_ERROR", "warehouse lost", matching="ALTER COLUMN")
+    with pytest.raises(StatementFailedError) as info:
+        unity.reconcile(TABLE, desired(pa.field("amount", pa.float64()), descriptions={"id": "v2"}))
+    err = info.value
+    assert "ALTER COLUMN `id` COMMENT" in err.statement
+    assert err.error_code == "INTERNAL_ERROR" and "warehouse lost" in str(err)
+    assert len(err.executed) == 1 and "ADD COLUMNS" in err.executed[0]
+    # Re-running converges: the added column is already there, only the comment is still to do.
+    outcome = unity.reconcile(TABLE, desired(pa.field("amount", pa.float64()), descriptions={"id": "v2"}))
+    assert [s.kind for s in outcome.plan.steps] == ["set_comment"]
+
+
+def test_refusal_raises_before_any_statement(unity: UnityCatalog, fake_uc: FakeUnityCatalog) -> None:
+    unity.reconcile(TABLE, desired(pa.field("amount", pa.int32())))
+    before = submitted(fake_uc)
+    narrowed = DesiredTable.build(
+        TABLE,
+        pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("amount", pa.int32())]),  # drops name
+        Role.PRIMARY_RAW,
+    )
+    with pytest.raises(PlanRefusedError) as info:
+        unity.reconcile(TABLE, narrowed)
+    assert any("name" in r for r in info.value.reasons)
+    assert submitted(fake_uc) - before == 2  # the describe reads only; no DDL
+
+
+def test_widening_refused_unless_opted_in_then_enables_type_widening(unity: UnityCatalog) -> None:
+    unity.reconcile(TABLE, desired(pa.field("amount", pa.int32())))
+    with pytest.raises(PlanRefusedError, match="widening"):
+        unity.reconcile(TABLE, desired(pa.field("amount", pa.int64())))
+    outcome = unity.reconcile(TABLE, desired(pa.field("amount", pa.int64()), allow_widening=True))
+    amount = outcome.state.column("amount")
+    assert amount is not None and amount.delta_type == "BIGINT"
+    assert outcome.state.properties["delta.enableTypeWidening"] == "true"
+    assert "typeWidening" in outcome.state.protocol.features
+
+
+def test_statements_are_polled_with_backoff(fake_uc: FakeUnityCatalog) -> None:
+    fake_uc.statement_pending_polls = 3
+    sleeps: list[float] = []
+    client = workspace_client(fake_uc.url, token=fake_uc.pat, retry_timeout_seconds=5)
+    polling = StatementPolling(wait_timeout="0s", poll_initial_s=0.1, poll_max_s=0.3, deadline_s=60)
+    catalog = UnityCatalog(client, fake_uc.warehouse_id, polling=polling, sleep=sleeps.append)
+    outcome = catalog.reconcile(TABLE, desired())
+    assert outcome.applied and outcome.state.version == 0
+    # CREATE, then describe's DETAIL and HISTORY: three statements, each PENDING then RUNNING 3 polls.
+    assert sleeps[:4] == [0.1, 0.2, 0.3, 0.3] and len(sleeps) == 12
+
+
+def test_statement_past_its_deadline_is_cancelled_and_raised(fake_uc: FakeUnityCatalog) -> None:
+    fake_uc.statement_pending_polls = 1000
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    client = workspace_client(fake_uc.url, token=fake_uc.pat, retry_timeout_seconds=5)
+    polling = StatementPolling(wait_timeout="0s", poll_initial_s=1, poll_max_s=1, deadline_s=3)
+    catalog = UnityCatalog(client, fake_uc.warehouse_id, polling=polling, sleep=sleep, clock=lambda: now[0])
+    with pytest.raises(StatementFailedError, match="did not finish in 3s") as info:
+        catalog.execute(["CREATE TABLE main.raw.t (id INT)"])
+    assert info.value.state in ("RUNNING", "PENDING")
+    assert any(r.path.endswith("/cancel") for r in fake_uc.requests)
+
+
+def test_register_sink_is_an_idempotent_table_property(
+    unity: UnityCatalog, fake_uc: FakeUnityCatalog
+) -> None:
+    unity.reconcile(TABLE, desired())
+    unity.register_sink(TABLE, "dagster.events-1")
+    version = fake_uc.table(TABLE).version  # type: ignore[union-attr]
+    unity.register_sink(TABLE, "dagster.events-1")
+    assert fake_uc.table(TABLE).version == version  # type: ignore[union-attr]
+    state = unity.describe(TABLE)
+    assert state is not None and state.sinks == ("dagster.events-1",)
+    assert state.properties["twg.sink.dagster.events-1"] == "registered"
+    with pytest.raises(ConfigError, match="sink id"):
+        unity.register_sink(TABLE, "bad id'; DROP")
+    with pytest.raises(CatalogError, match="does not exist"):
+        unity.register_sink("main.raw.nope", "x")
+
+
+def test_vend_read_credentials_and_refuse_write(unity: UnityCatalog) -> None:
+    unity.reconcile(TABLE, desired())
+    creds = unity.vend_credentials(TABLE, Access.READ)
+    assert creds.access is Access.READ and creds.table == TABLE
+    assert creds.expires_at.tzinfo is not None and creds.expires_at > datetime.now(UTC)
+    assert set(creds.storage_options) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}
+    assert all(isinstance(v, SecretStr) for v in creds.storage_options.values())
+    assert "ASIA" not in repr(creds)  # secrets stay masked
+    with pytest.raises(NotSupportedError, match="READ credentials for managed"):
+        unity.vend_credentials(TABLE, Access.WRITE)
+
+
+def test_uniform_status_tracks_converted_delta_version(
+    unity: UnityCatalog, fake_uc: FakeUnityCatalog
+) -> None:
+    assert unity.uniform_status(TABLE) is None
+    unity.reconcile(TABLE, desired())
+    fake_uc.hold_uniform_conversion = True
+    fake_uc.simulate_commit(TABLE)
+    status = unity.uniform_status(TABLE)
+    assert status is not None and status.converted_delta_version == 0
+    fake_uc.convert_uniform(TABLE)
+    status = unity.uniform_status(TABLE)
+    assert status is not None and status.converted_delta_version == 1 and status.metadata_location
+
+
+def test_preconditions_name_every_unmet_condition(unity: UnityCatalog, fake_uc: FakeUnityCatalog) -> None:
+    fake_uc.execute_sql(
+        f"CREATE TABLE {TABLE} (id BIGINT) TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
+    )
+    missing = {c.name for c in unmet(check_primary_raw(unity, TABLE))}
+    assert missing == {"iceberg_reads", "column_mapping", "protocol", "deletion_vectors_disabled"}
+    state = unity.describe(TABLE)
+    assert state is not None and state.protocol.min_reader_version == 3
+    assert "deletionVectors" in state.protocol.reader_features
+
+
+def test_from_config_with_pat_and_oauth(fake_uc: FakeUnityCatalog) -> None:
+    base = ZerobusConfig(
+        workspace_url=fake_uc.url,
+        catalog=CatalogConfig(backend=CatalogBackend.UNITY, sql_warehouse_id=fake_uc.warehouse_id),
+    )
+    pat = UnityCatalog.from_config(base, token=SecretStr(fake_uc.pat), retry_timeout_seconds=5)
+    assert pat.describe(TABLE) is None
+    assert fake_uc.requests[-1].auth == "pat"
+    oauth_config = base.model_copy(
+        update={"client_id": fake_uc.client_id, "client_secret": SecretStr(fake_uc.client_secret)}
+    )
+    oauth = UnityCatalog.from_config(oauth_config, retry_timeout_seconds=5)
+    assert oauth.describe(TABLE) is None
+    assert fake_uc.requests[-1].auth == "oauth" and fake_uc.tokens_issued == 1
+
+
+def test_from_config_errors_name_the_missing_keys(fake_uc: FakeUnityCatalog) -> None:
+    with pytest.raises(ConfigError, match="workspace_url"):
+        UnityCatalog.from_config(ZerobusConfig(catalog=CatalogConfig(sql_warehouse_id="w")))
+    with pytest.raises(ConfigError, match="sql_warehouse_id"):
+        UnityCatalog.from_config(ZerobusConfig(workspace_url=fake_uc.url))
+    with pytest.raises(ConfigError, match=r"client_id and zerobus\.client_secret"):
+        UnityCatalog.from_config(
+            ZerobusConfig(workspace_url=fake_uc.url, catalog=CatalogConfig(sql_warehouse_id="w"))
+        )
+
+
+def test_hostile_names_and_comments_round_trip_through_sql(unity: UnityCatalog) -> None:
+    table = "main.raw.`odd``table`"
+    columns = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            pa.field("we`ird name", pa.string()),
+            pa.field("nested", pa.struct([("select", pa.int32()), ("x`y", pa.string())])),
+        ]
+    )
+    comment = "it's a \\ 'quote'; DROP TABLE x; --\nsecond line\ttab"
+    desired_table = DesiredTable.build(table, columns, Role.DERIVED, descriptions={"we`ird name": comment})
+    outcome = unity.reconcile(table, desired_table)
+    state = outcome.state
+    assert state.name == "main.raw.odd`table"
+    weird = state.column("we`ird name")
+    assert (
+        weird is not None
+        and weird.comment is not None
+        and weird.comment.startswith(comment + " [twg:managed")
+    )
+    nested = state.column("nested")
+    assert nested is not None and nested.arrow_type == pa.struct(
+        [("select", pa.int32()), ("x`y", pa.string())]
+    )
+    assert unity.reconcile(table, desired_table).plan.empty
+
+
+def test_unknown_warehouse_is_a_catalog_error_naming_the_statement(fake_uc: FakeUnityCatalog) -> None:
+    client = workspace_client(fake_uc.url, token=fake_uc.pat, retry_timeout_seconds=5)
+    catalog = UnityCatalog(client, "no-such-warehouse")
+    with pytest.raises(CatalogError, match=r"SQL warehouse no-such-warehouse.*\n  statement: ALTER TABLE"):
+        catalog.execute(["ALTER TABLE main.raw.t ADD COLUMNS (a INT)"])

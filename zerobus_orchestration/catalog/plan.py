@@ -1,0 +1,392 @@
+"""Reconcile plans are values: ``plan(live, desired)`` is a pure diff.
+
+Steps: ``CreateTable``, ``AddColumn``, ``WidenColumn``, ``SetComment``, ``SetProperty`` and ``Refuse``.
+Backends execute the non-refusing steps (local: delta-rs; unity: SQL from ``catalog/ddl.py``);
+any ``Refuse`` stops the whole plan with ``PlanRefusedError`` before anything runs. A plan with no
+steps means the table already is what was asked for: executing it must create no new table version.
+
+Rules:
+- new nullable columns are added; a new NOT NULL column is refused (existing rows have no value);
+- a live column missing from the desired schema is refused as a drop or rename, unless the desired
+  table is a producer's subset (``DesiredTable.subset``: Zerobus lets producers omit nullable columns);
+- a type change is planned as ``WidenColumn`` only with ``allow_widening`` and when ``can_widen_to``
+  allows it (``iceberg_legal_widening`` for ``primary_raw`` tables); narrowing and conflicts are refused.
+  For a producer subset only the widening rule applies: whether a narrower or different type can be
+  written is the write guard's decision (``catalog/guard.py``), which names the precise fix;
+- comments follow ``contracts.py``: rewritten only when the description's hash changed; a human edit
+  is kept and reported (``RESPECT``) or overwritten (``RESTORE``);
+- desired properties that differ from the live ones are set; other live properties are left alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from zerobus_orchestration.catalog.base import DesiredColumn, DesiredTable, LiveColumn, TableState
+from zerobus_orchestration.config import CommentPolicy, Role
+from zerobus_orchestration.contracts import CommentStatus, comment_status, managed_comment
+from zerobus_orchestration.errors import PlanRefusedError, UnsupportedType
+from zerobus_orchestration.types import arrow_storage_type, can_widen_to, delta_type, iceberg_legal_widening
+
+
+@dataclass(frozen=True)
+class ColumnDef:
+    """A column as the catalog will declare it (storage type, Delta type text, managed comment)."""
+
+    name: str
+    delta_type: str
+    arrow_type: pa.DataType
+    nullable: bool
+    comment: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.delta_type,
+            "nullable": self.nullable,
+            "comment": self.comment,
+        }
+
+
+@dataclass(frozen=True)
+class CreateTable:
+    table: str
+    columns: tuple[ColumnDef, ...]
+    properties: Mapping[str, str]
+    kind: str = field(default="create_table", init=False)
+
+    def describe(self) -> str:
+        return f"create table {self.table} ({', '.join(f'{c.name} {c.delta_type}' for c in self.columns)})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "table": self.table,
+            "columns": [c.to_dict() for c in self.columns],
+            "properties": dict(self.properties),
+        }
+
+
+@dataclass(frozen=True)
+class AddColumn:
+    table: str
+    column: ColumnDef
+    kind: str = field(default="add_column", init=False)
+
+    def describe(self) -> str:
+        return f"add column {self.column.name} {self.column.delta_type} to {self.table}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "table": self.table, "column": self.column.to_dict()}
+
+
+@dataclass(frozen=True)
+class WidenColumn:
+    table: str
+    column: str
+    from_type: str
+    to_type: str
+    arrow_type: pa.DataType
+    kind: str = field(default="widen_column", init=False)
+
+    def describe(self) -> str:
+        return f"widen {self.table}.{self.column} from {self.from_type} to {self.to_type}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "table": self.table,
+            "column": self.column,
+            "from": self.from_type,
+            "to": self.to_type,
+        }
+
+
+@dataclass(frozen=True)
+class SetComment:
+    table: str
+    column: str
+    comment: str
+    previous: str | None
+    kind: str = field(default="set_comment", init=False)
+
+    def describe(self) -> str:
+        return f"set comment of {self.table}.{self.column} to {self.comment!r}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "table": self.table,
+            "column": self.column,
+            "comment": self.comment,
+            "previous": self.previous,
+        }
+
+
+@dataclass(frozen=True)
+class SetProperty:
+    table: str
+    key: str
+    value: str
+    previous: str | None
+    kind: str = field(default="set_property", init=False)
+
+    def describe(self) -> str:
+        return f"set property {self.key}={self.value!r} on {self.table} (was {self.previous!r})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "table": self.table,
+            "key": self.key,
+            "value": self.value,
+            "previous": self.previous,
+        }
+
+
+@dataclass(frozen=True)
+class Refuse:
+    table: str
+    column: str | None
+    reason: str
+    live_type: str | None = None
+    desired_type: str | None = None
+    kind: str = field(default="refuse", init=False)
+
+    def describe(self) -> str:
+        where = f"{self.table}.{self.column}" if self.column is not None else self.table
+        types = ""
+        if self.live_type is not None or self.desired_type is not None:
+            types = f" (live {self.live_type or '-'}, desired {self.desired_type or '-'})"
+        return f"refuse {where}: {self.reason}{types}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "table": self.table,
+            "column": self.column,
+            "reason": self.reason,
+            "live_type": self.live_type,
+            "desired_type": self.desired_type,
+        }
+
+
+Step = CreateTable | AddColumn | WidenColumn | SetComment | SetProperty | Refuse
+
+
+@dataclass(frozen=True)
+class ReconcilePlan:
+    table: str
+    steps: tuple[Step, ...]
+    notes: tuple[str, ...] = ()  # reported, not executed (e.g. human-edited comments kept)
+
+    @property
+    def empty(self) -> bool:
+        return not self.steps
+
+    @property
+    def refusals(self) -> tuple[Refuse, ...]:
+        return tuple(s for s in self.steps if isinstance(s, Refuse))
+
+    @property
+    def creates(self) -> bool:
+        return any(isinstance(s, CreateTable) for s in self.steps)
+
+    def raise_if_refused(self) -> None:
+        refusals = self.refusals
+        if refusals:
+            reasons = [r.describe() for r in refusals]
+            raise PlanRefusedError(
+                f"reconcile of {self.table} refused ({len(reasons)} problem(s)):\n  " + "\n  ".join(reasons),
+                reasons,
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"table": self.table, "steps": [s.to_dict() for s in self.steps], "notes": list(self.notes)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def __str__(self) -> str:
+        if self.empty:
+            head = f"{self.table}: up to date"
+        else:
+            head = f"{self.table}: {len(self.steps)} step(s)\n" + "\n".join(
+                f"  - {s.describe()}" for s in self.steps
+            )
+        return head + "".join(f"\n  note: {n}" for n in self.notes)
+
+
+def plan(live: TableState | None, desired: DesiredTable, allow_widening: bool = False) -> ReconcilePlan:
+    """The steps turning ``live`` (``None``: absent) into ``desired``. Pure: reads nothing else."""
+    table = desired.name
+    if live is None:
+        return _plan_create(desired)
+    steps: list[Step] = []
+    comments: list[Step] = []
+    notes: list[str] = []
+    desired_names = {c.name for c in desired.columns}
+    for col in desired.columns:
+        current = live.column(col.name)
+        storage = _storage_or_refuse(table, col, steps)
+        if storage is None:
+            continue
+        if current is None:
+            if not col.nullable:
+                steps.append(
+                    Refuse(
+                        table,
+                        col.name,
+                        "new column is NOT NULL; existing rows have no value, declare it nullable",
+                        None,
+                        delta_type(storage),
+                    )
+                )
+                continue
+            comment = managed_comment(col.description) if col.description else None
+            steps.append(AddColumn(table, ColumnDef(col.name, delta_type(storage), storage, True, comment)))
+            continue
+        _plan_type(table, live, desired, col, current, storage, allow_widening, steps)
+        _plan_nullability(table, desired, col, current, steps)
+        _plan_comment(table, desired.comment_policy, col, current, comments, notes)
+    for gone in live.columns:
+        if gone.name in desired_names:
+            continue
+        if desired.subset and gone.nullable:
+            continue  # a producer may omit a nullable column
+        reason = (
+            "NOT NULL column is missing from the producer's schema; send it"
+            if desired.subset
+            else "column is missing from the desired schema; dropping or renaming columns is not supported, "
+            "keep it (nullable columns may be left unset)"
+        )
+        steps.append(Refuse(table, gone.name, reason, gone.delta_type, None))
+    steps.extend(comments)
+    for key, value in sorted(desired.properties.items()):
+        previous = live.properties.get(key)
+        if previous != value:
+            steps.append(SetProperty(table, key, value, previous))
+    return ReconcilePlan(table, tuple(_ordered(steps)), tuple(notes))
+
+
+def _ordered(steps: list[Step]) -> list[Step]:
+    # Refusals first so a printed plan leads with what blocks it; otherwise schema before metadata.
+    rank = {Refuse: 0, CreateTable: 1, AddColumn: 2, WidenColumn: 3, SetComment: 4, SetProperty: 5}
+    return sorted(steps, key=lambda s: rank[type(s)])
+
+
+def _storage_or_refuse(table: str, col: DesiredColumn, steps: list[Step]) -> pa.DataType | None:
+    try:
+        return arrow_storage_type(col.arrow_type)
+    except UnsupportedType as exc:
+        steps.append(Refuse(table, col.name, str(exc), None, str(col.arrow_type)))
+        return None
+
+
+def _plan_create(desired: DesiredTable) -> ReconcilePlan:
+    table = desired.name
+    refusals: list[Step] = []
+    columns: list[ColumnDef] = []
+    for col in desired.columns:
+        storage = _storage_or_refuse(table, col, refusals)
+        if storage is None:
+            continue
+        comment = managed_comment(col.description) if col.description else None
+        columns.append(ColumnDef(col.name, delta_type(storage), storage, col.nullable, comment))
+    if refusals:
+        return ReconcilePlan(table, tuple(refusals))
+    return ReconcilePlan(table, (CreateTable(table, tuple(columns), dict(desired.properties)),))
+
+
+def _plan_type(
+    table: str,
+    live: TableState,
+    desired: DesiredTable,
+    col: DesiredColumn,
+    current: LiveColumn,
+    storage: pa.DataType,
+    allow_widening: bool,
+    steps: list[Step],
+) -> None:
+    if storage == current.arrow_type:
+        return
+    wanted = delta_type(storage)
+    primary_raw = desired.role is Role.PRIMARY_RAW or live.role is Role.PRIMARY_RAW
+    if can_widen_to(current.arrow_type, storage):
+        if not allow_widening:
+            steps.append(
+                Refuse(
+                    table,
+                    col.name,
+                    "type widening was not opted in (allow_widening=True); "
+                    "or cast the column to the live type",
+                    current.delta_type,
+                    wanted,
+                )
+            )
+        elif primary_raw and not iceberg_legal_widening(current.arrow_type, storage):
+            steps.append(
+                Refuse(
+                    table,
+                    col.name,
+                    "widening is not Iceberg-V2-legal on a primary_raw table "
+                    "(int->long, float->double, decimal precision only)",
+                    current.delta_type,
+                    wanted,
+                )
+            )
+        else:
+            steps.append(WidenColumn(table, col.name, current.delta_type, wanted, storage))
+        return
+    if desired.subset:
+        # A producer's batch cannot change an existing column. A narrower type is cast by the write
+        # guard; any other mismatch (nested into STRING, time zones, ...) is refused there, per batch,
+        # with the precise fix (``to_json``, ``assume_timezone``, ...).
+        return
+    if can_widen_to(storage, current.arrow_type):
+        reason = "narrowing a column is not supported; declare the live type"
+    else:
+        reason = "type conflict: the desired type is neither the live type nor a lossless widening of it"
+    steps.append(Refuse(table, col.name, reason, current.delta_type, wanted))
+
+
+def _plan_nullability(
+    table: str, desired: DesiredTable, col: DesiredColumn, current: LiveColumn, steps: list[Step]
+) -> None:
+    if desired.subset or col.engine_owned or col.nullable == current.nullable:
+        return
+    if not col.nullable:
+        reason = "cannot make an existing nullable column NOT NULL; declare it nullable"
+    else:
+        reason = (
+            "live column is NOT NULL but declared nullable; declare it NOT NULL (relaxing is not planned)"
+        )
+    steps.append(Refuse(table, col.name, reason, current.delta_type, current.delta_type))
+
+
+def _plan_comment(
+    table: str,
+    policy: CommentPolicy,
+    col: DesiredColumn,
+    current: LiveColumn,
+    steps: list[Step],
+    notes: list[str],
+) -> None:
+    if not col.description:
+        return
+    wanted = managed_comment(col.description)
+    status = comment_status(current.comment, col.description)
+    if status is CommentStatus.CURRENT:
+        return
+    if status in (CommentStatus.HUMAN_EDITED, CommentStatus.UNMANAGED) and policy is CommentPolicy.RESPECT:
+        notes.append(
+            f"{table}.{col.name}: comment was edited outside the catalog ({status.value}); kept under "
+            f"comment policy 'respect' (use 'restore' to write the contract's description back)"
+        )
+        return
+    steps.append(SetComment(table, col.name, wanted, current.comment))

@@ -1,0 +1,478 @@
+"""The ``unity`` catalog backend: Unity Catalog through the official ``databricks-sdk``.
+
+- ``describe``: the table's REST JSON (``GET /api/2.1/unity-catalog/tables/<name>``, parsed with the SDK's
+  own ``TableInfo.from_dict``, which is what ``tables.get`` does; the raw JSON is kept because the typed
+  ``TableInfo`` drops ``delta_uniform_iceberg``), then ``DESCRIBE DETAIL`` for the protocol and table
+  features (authoritative; REST ``properties`` are only a hint) and ``DESCRIBE HISTORY`` for the version.
+- ``reconcile``: the shared pure plan (``plan.plan``), rendered by the shared ``ddl.render_plan`` and run
+  one statement at a time through the SQL Statement Execution API on ``sql_warehouse_id``. A failed
+  statement does not raise in the SDK: each final state is checked, PENDING/RUNNING is polled, and a
+  failure raises ``StatementFailedError`` naming the statement, the error and what had already run.
+- ``register_sink``: a ``twg.sink.<id>`` table property.
+- ``vend_credentials``: READ through ``temporary_table_credentials``; WRITE raises ``NotSupportedError``
+  (Unity Catalog vends no write credentials for managed Delta tables; Zerobus writes with OAuth).
+
+Auth goes through databricks-sdk's own ``Config``: OAuth machine-to-machine (service principal id and
+secret; the SDK refreshes tokens) or a personal access token.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from databricks.sdk import WorkspaceClient
+from databricks.sdk.config import Config
+from databricks.sdk.errors import NotFound
+from databricks.sdk.errors.base import DatabricksError
+from databricks.sdk.service.catalog import ColumnInfo, TableInfo, TableOperation
+from databricks.sdk.service.sql import (
+    ExecuteStatementRequestOnWaitTimeout,
+    StatementResponse,
+    StatementState,
+)
+from pydantic import SecretStr
+
+from zerobus_orchestration import __version__
+from zerobus_orchestration.catalog.base import (
+    PROP_ROLE,
+    Access,
+    DesiredTable,
+    LiveColumn,
+    ProtocolInfo,
+    ReconcileOutcome,
+    TableState,
+    VendedCredentials,
+    primary_raw_properties,
+)
+from zerobus_orchestration.catalog.ddl import quote_table, render_plan, set_properties_sql
+from zerobus_orchestration.catalog.plan import WidenColumn, plan
+from zerobus_orchestration.config import Role, ZerobusConfig
+from zerobus_orchestration.errors import CatalogError, ConfigError, NotSupportedError
+from zerobus_orchestration.tables import TableName
+from zerobus_orchestration.types import arrow_type_of_delta, delta_type
+
+SINK_PREFIX = "twg.sink."
+TYPE_WIDENING = "delta.enableTypeWidening"
+# Protocol keys some workspaces echo in REST ``properties``; the protocol lives in ``TableState.protocol``.
+_PROTOCOL_KEYS = ("delta.minReaderVersion", "delta.minWriterVersion")
+_PROTOCOL_PREFIX = "delta.feature."
+# Reader-writer table features: listed as reader features once the reader version is 3.
+_READER_WRITER_FEATURES = frozenset(
+    {
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "typeWidening",
+        "typeWidening-preview",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "variantType",
+        "variantType-preview",
+    }
+)
+_SINK_ID = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+_ERROR_CLASS = re.compile(r"^\[(?P<cls>[A-Z0-9_.]+)\]")
+
+
+class StatementFailedError(CatalogError):
+    """A DDL statement ended FAILED/CANCELED/CLOSED, or did not finish in time."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        statement: str,
+        state: str,
+        error_code: str | None,
+        sql_error_class: str | None,
+        error_message: str | None,
+        executed: Sequence[str] = (),
+    ) -> None:
+        super().__init__(message)
+        self.statement = statement
+        self.state = state
+        self.error_code = error_code
+        self.sql_error_class = sql_error_class  # e.g. DELTA_ICEBERG_COMPAT_VIOLATION.DELETION_VECTORS_...
+        self.error_message = error_message
+        self.executed = tuple(executed)
+
+
+@dataclass(frozen=True)
+class UniformStatus:
+    """Unity Catalog's record of the asynchronous Iceberg conversion (``delta_uniform_iceberg``)."""
+
+    converted_delta_version: int | None
+    converted_delta_timestamp: int | None
+    metadata_location: str | None
+
+
+@dataclass(frozen=True)
+class StatementPolling:
+    """How long a statement may run and how it is polled (``wait_timeout`` is the server-side wait)."""
+
+    wait_timeout: str = "30s"
+    poll_initial_s: float = 0.2
+    poll_max_s: float = 5.0
+    deadline_s: float = 600.0
+
+
+def workspace_client(
+    workspace_url: str,
+    *,
+    client_id: str | None = None,
+    client_secret: SecretStr | str | None = None,
+    token: SecretStr | str | None = None,
+    retry_timeout_seconds: int | None = None,
+) -> WorkspaceClient:
+    """A ``WorkspaceClient`` on databricks-sdk's own ``Config``: PAT if ``token`` is given, else OAuth M2M."""
+    options: dict[str, Any] = {"host": workspace_url}
+    if retry_timeout_seconds is not None:
+        options["retry_timeout_seconds"] = retry_timeout_seconds
+    if token is not None:
+        options.update(token=_reveal(token), auth_type="pat")
+    elif client_id and client_secret is not None:
+        options.update(client_id=client_id, client_secret=_reveal(client_secret), auth_type="oauth-m2m")
+    else:
+        raise ConfigError(
+            f"unity catalog at {workspace_url}: set zerobus.client_id and zerobus.client_secret "
+            "(OAuth service principal) or pass a personal access token"
+        )
+    config = Config(product="zerobus-orchestration", product_version=__version__, **options)
+    return WorkspaceClient(config=config)
+
+
+def _reveal(value: SecretStr | str) -> str:
+    return value.get_secret_value() if isinstance(value, SecretStr) else value
+
+
+class UnityCatalog:
+    """``TableCatalog`` on Unity Catalog. Build with ``UnityCatalog.from_config`` or from a client."""
+
+    def __init__(
+        self,
+        client: WorkspaceClient,
+        warehouse_id: str,
+        *,
+        allow_widening: bool = False,
+        polling: StatementPolling = StatementPolling(),
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not warehouse_id:
+            raise ConfigError("unity catalog: zerobus.catalog.sql_warehouse_id is required to run DDL")
+        self._client = client
+        self._warehouse_id = warehouse_id
+        self._allow_widening = allow_widening
+        self._polling = polling
+        self._sleep = sleep
+        self._clock = clock
+
+    @classmethod
+    def from_config(
+        cls,
+        config: ZerobusConfig,
+        *,
+        token: SecretStr | str | None = None,
+        retry_timeout_seconds: int | None = None,
+        polling: StatementPolling = StatementPolling(),
+    ) -> UnityCatalog:
+        if not config.workspace_url:
+            raise ConfigError("unity catalog: zerobus.workspace_url is required")
+        if not config.catalog.sql_warehouse_id:
+            raise ConfigError("unity catalog: zerobus.catalog.sql_warehouse_id is required to run DDL")
+        client = workspace_client(
+            config.workspace_url,
+            client_id=config.client_id,
+            client_secret=config.client_secret,
+            token=token,
+            retry_timeout_seconds=retry_timeout_seconds,
+        )
+        return cls(
+            client,
+            config.catalog.sql_warehouse_id,
+            allow_widening=config.catalog.allow_widening,
+            polling=polling,
+        )
+
+    @property
+    def client(self) -> WorkspaceClient:
+        return self._client
+
+    # -- describe ---------------------------------------------------------------------------------
+
+    def describe(self, table: str) -> TableState | None:
+        name = TableName.parse(table)
+        raw = self._raw_table(name)
+        if raw is None:
+            return None
+        info = TableInfo.from_dict(raw)
+        detail = self._describe_detail(name)
+        properties = _user_properties(info.properties or {})
+        properties.update(_user_properties(_json_map(detail.get("properties"))))
+        role_value = properties.get(PROP_ROLE)
+        return TableState(
+            name=name.full_name,
+            columns=tuple(_live_column(name, c) for c in info.columns or ()),
+            properties=properties,
+            protocol=_protocol(detail),
+            table_id=info.table_id,
+            location=info.storage_location,
+            version=self._version(name),
+            registered=True,
+            role=Role(role_value) if role_value in {r.value for r in Role} else None,
+            sinks=tuple(sorted(k[len(SINK_PREFIX) :] for k in properties if k.startswith(SINK_PREFIX))),
+        )
+
+    def uniform_status(self, table: str) -> UniformStatus | None:
+        """``converted_delta_version`` and friends, or ``None`` when UniForm has produced nothing yet."""
+        raw = self._raw_table(TableName.parse(table))
+        block = (raw or {}).get("delta_uniform_iceberg")
+        if not isinstance(block, Mapping):
+            return None
+        return UniformStatus(
+            converted_delta_version=_opt_int(block.get("converted_delta_version")),
+            converted_delta_timestamp=_opt_int(block.get("converted_delta_timestamp")),
+            metadata_location=block.get("metadata_location"),
+        )
+
+    def _raw_table(self, name: TableName) -> dict[str, Any] | None:
+        path = "/api/2.1/unity-catalog/tables/" + quote(name.full_name, safe="")
+        try:
+            raw = self._client.api_client.do("GET", path)
+        except NotFound:
+            return None
+        except DatabricksError as exc:
+            raise CatalogError(f"unity catalog: cannot read table {name}: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise CatalogError(f"unity catalog: unexpected response for table {name}: {raw!r}")
+        return raw
+
+    def _describe_detail(self, name: TableName) -> dict[str, Any]:
+        rows = self._query(f"DESCRIBE DETAIL {quote_table(name)}")
+        if not rows:
+            raise CatalogError(f"DESCRIBE DETAIL {name} returned no row")
+        return rows[0]
+
+    def _version(self, name: TableName) -> int | None:
+        rows = self._query(f"DESCRIBE HISTORY {quote_table(name)} LIMIT 1")
+        return _opt_int(rows[0].get("version")) if rows else None
+
+    # -- reconcile --------------------------------------------------------------------------------
+
+    def reconcile(self, table: str, desired: DesiredTable) -> ReconcileOutcome:
+        name = TableName.parse(table)
+        if TableName.parse(desired.name) != name:
+            raise CatalogError(f"reconcile of {name}: the desired table is {desired.name}")
+        if desired.role is Role.PRIMARY_RAW:
+            desired = desired.with_properties(primary_raw_properties(real_column_mapping=True))
+        live = self.describe(table)
+        steps = plan(live, desired, allow_widening=desired.allow_widening or self._allow_widening)
+        statements = render_plan(steps)  # raises PlanRefusedError before anything runs
+        if steps.empty and live is not None:  # an absent table always plans a CREATE
+            return ReconcileOutcome(steps, False, live.version, live, steps.notes)
+        widening = any(isinstance(s, WidenColumn) for s in steps.steps)
+        if widening and live is not None and live.properties.get(TYPE_WIDENING, "").lower() != "true":
+            # Databricks refuses ALTER COLUMN TYPE until type widening is enabled on the table.
+            statements.insert(0, set_properties_sql(name.full_name, {TYPE_WIDENING: "true"}))
+        self.execute(statements)
+        after = self.describe(table)
+        if after is None:
+            raise CatalogError(f"reconcile of {name}: the table is missing after the DDL ran")
+        return ReconcileOutcome(steps, True, live.version if live else None, after, steps.notes)
+
+    def execute(self, statements: Sequence[str]) -> None:
+        """Run ``statements`` in order; the first that does not succeed raises ``StatementFailedError``."""
+        done: list[str] = []
+        for statement in statements:
+            self._run(statement, done)
+            done.append(statement)
+
+    def register_sink(self, table: str, sink_id: str) -> None:
+        if not _SINK_ID.fullmatch(sink_id):
+            raise ConfigError(
+                f"sink id {sink_id!r} for table {table}: use 1-128 characters from letters, digits, "
+                "'_', '.' and '-'"
+            )
+        name = TableName.parse(table)
+        state = self.describe(table)
+        if state is None:
+            raise CatalogError(f"register_sink: table {name} does not exist; reconcile it first")
+        if sink_id in state.sinks:
+            return  # idempotent: no statement, no new table version
+        self.execute([set_properties_sql(name.full_name, {SINK_PREFIX + sink_id: "registered"})])
+
+    # -- credentials ------------------------------------------------------------------------------
+
+    def vend_credentials(self, table: str, access: Access) -> VendedCredentials:
+        name = TableName.parse(table)
+        if access is Access.WRITE:
+            raise NotSupportedError(
+                f"write credentials for {name}: Unity Catalog vends only READ credentials for managed Delta "
+                "tables; producers write through Zerobus with the OAuth service principal instead"
+            )
+        raw = self._raw_table(name)
+        if raw is None or not raw.get("table_id"):
+            raise CatalogError(f"vend_credentials: table {name} does not exist in Unity Catalog")
+        response = self._client.temporary_table_credentials.generate_temporary_table_credentials(
+            table_id=str(raw["table_id"]), operation=TableOperation.READ
+        )
+        if response.expiration_time is None:
+            raise CatalogError(f"vend_credentials for {name}: the response carries no expiration_time")
+        options: dict[str, SecretStr] = {}
+        token: SecretStr | None = None
+        aws = response.aws_temp_credentials
+        if aws is not None:
+            for key, value in (
+                ("AWS_ACCESS_KEY_ID", aws.access_key_id),
+                ("AWS_SECRET_ACCESS_KEY", aws.secret_access_key),
+                ("AWS_SESSION_TOKEN", aws.session_token),
+            ):
+                if value:
+                    options[key] = SecretStr(value)
+        elif response.azure_user_delegation_sas is not None and response.azure_user_delegation_sas.sas_token:
+            options["AZURE_STORAGE_SAS_TOKEN"] = SecretStr(response.azure_user_delegation_sas.sas_token)
+        elif response.gcp_oauth_token is not None and response.gcp_oauth_token.oauth_token:
+            token = SecretStr(response.gcp_oauth_token.oauth_token)
+        else:
+            raise NotSupportedError(f"vend_credentials for {name}: no credential kind this package can use")
+        return VendedCredentials(
+            table=name.full_name,
+            access=access,
+            url=response.url or str(raw.get("storage_location") or ""),
+            expires_at=datetime.fromtimestamp(response.expiration_time / 1000, tz=UTC),
+            storage_options=options,
+            token=token,
+        )
+
+    # -- statements -------------------------------------------------------------------------------
+
+    def _query(self, statement: str) -> list[dict[str, Any]]:
+        """Rows of a small result set as dicts (JSON_ARRAY cells are strings or null)."""
+        response = self._run(statement, ())
+        manifest = response.manifest
+        columns = (
+            [c.name or "" for c in (manifest.schema.columns or [])] if manifest and manifest.schema else []
+        )
+        data = (response.result.data_array if response.result else None) or []
+        return [dict(zip(columns, row, strict=False)) for row in data]
+
+    def _run(self, statement: str, executed: Sequence[str]) -> StatementResponse:
+        api = self._client.statement_execution
+        try:
+            response = api.execute_statement(
+                statement=statement,
+                warehouse_id=self._warehouse_id,
+                wait_timeout=self._polling.wait_timeout,
+                on_wait_timeout=ExecuteStatementRequestOnWaitTimeout.CONTINUE,
+            )
+        except DatabricksError as exc:  # HTTP-level: unknown warehouse, no permission, ...
+            raise CatalogError(
+                f"statement could not be submitted to SQL warehouse {self._warehouse_id} ({exc})\n"
+                f"  statement: {statement}"
+            ) from exc
+        deadline = self._clock() + self._polling.deadline_s
+        delay = self._polling.poll_initial_s
+        while _state(response) in (StatementState.PENDING, StatementState.RUNNING):
+            if self._clock() >= deadline:
+                if response.statement_id:
+                    api.cancel_execution(response.statement_id)
+                raise _failure(
+                    statement, response, executed, f"did not finish in {self._polling.deadline_s:g}s"
+                )
+            self._sleep(delay)
+            delay = min(delay * 2, self._polling.poll_max_s)
+            if not response.statement_id:
+                raise _failure(statement, response, executed, "the response has no statement_id to poll")
+            response = api.get_statement(response.statement_id)
+        if _state(response) is not StatementState.SUCCEEDED:
+            raise _failure(statement, response, executed, None)
+        return response
+
+
+def _state(response: StatementResponse) -> StatementState | None:
+    return response.status.state if response.status else None
+
+
+def _failure(
+    statement: str, response: StatementResponse, executed: Sequence[str], why: str | None
+) -> StatementFailedError:
+    state = _state(response)
+    error = response.status.error if response.status else None
+    code = error.error_code.value if error and error.error_code else None
+    message = error.message if error else None
+    match = _ERROR_CLASS.match(message or "")
+    error_class = match.group("cls") if match else None
+    reason = (
+        why or f"{state.value if state else 'no state'}: {error_class or code or 'error'}: {message or ''}"
+    )
+    text = f"statement failed ({reason.strip()})\n  statement: {statement}"
+    if executed:
+        text += f"\n  already applied ({len(executed)}): " + "; ".join(executed)
+    if error_class and error_class.startswith("DELTA_ICEBERG_COMPAT_VIOLATION.DELETION_VECTORS"):
+        text += "\n  fix: set 'delta.enableDeletionVectors' = 'false' (and purge existing deletion vectors)"
+    return StatementFailedError(
+        text,
+        statement=statement,
+        state=state.value if state else "UNKNOWN",
+        error_code=code,
+        sql_error_class=error_class,
+        error_message=message,
+        executed=executed,
+    )
+
+
+def _live_column(table: TableName, column: ColumnInfo) -> LiveColumn:
+    if not column.type_json:
+        raise CatalogError(f"table {table}: column {column.name!r} has no type_json in Unity Catalog")
+    field = json.loads(column.type_json)
+    arrow = arrow_type_of_delta(field["type"])
+    return LiveColumn(
+        name=column.name or field["name"],
+        delta_type=delta_type(arrow),
+        arrow_type=arrow,
+        nullable=column.nullable if column.nullable is not None else bool(field.get("nullable", True)),
+        comment=column.comment
+        if column.comment is not None
+        else (field.get("metadata") or {}).get("comment"),
+    )
+
+
+def _protocol(detail: Mapping[str, Any]) -> ProtocolInfo:
+    reader = _opt_int(detail.get("minReaderVersion")) or 1
+    writer = _opt_int(detail.get("minWriterVersion")) or 2
+    features = frozenset(str(f) for f in _json_list(detail.get("tableFeatures")))
+    reader_features = (
+        frozenset(f for f in features if f in _READER_WRITER_FEATURES) if reader >= 3 else frozenset()
+    )
+    return ProtocolInfo(reader, writer, reader_features, features if writer >= 7 else frozenset())
+
+
+def _user_properties(props: Mapping[str, Any]) -> dict[str, str]:
+    return {
+        str(k): str(v)
+        for k, v in props.items()
+        if k not in _PROTOCOL_KEYS and not str(k).startswith(_PROTOCOL_PREFIX)
+    }
+
+
+def _json_map(cell: Any) -> dict[str, Any]:
+    value = json.loads(cell) if isinstance(cell, str) else cell
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _json_list(cell: Any) -> list[Any]:
+    value = json.loads(cell) if isinstance(cell, str) else cell
+    return list(value) if isinstance(value, list) else []
+
+
+def _opt_int(value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    return int(value)

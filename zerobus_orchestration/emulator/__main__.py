@@ -1,0 +1,3 @@
+from zerobus_orchestration.emulator.serve import main
+
+main()

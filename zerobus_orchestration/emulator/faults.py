@@ -1,0 +1,131 @@
+"""Fault injection: declarative, counted faults applied to the next matching streams.
+
+Every fault fires on at most ``streams`` stream connections (default one) and is then spent. Failing
+every fresh connection would drive the official SDK into its reconnect hot loop (the retry budget
+resets after each successful reopen, reference/zerobus-protocol.md §6.2), so open-ended faults are
+deliberately not expressible.
+
+Kinds, each counted from the stream's accepted batches (``after_batches``):
+
+* ``abort``: batches 1..N are accepted and acknowledged; batch N+1 is dropped and the stream ends with
+  ``status`` (``UNAVAILABLE`` is recovered by the SDK, ``INVALID_ARGUMENT`` is poison).
+* ``rotate``: after batch N the server asks the client to rotate (``CloseStreamSignal`` /
+  ``close_stream_duration_ms`` = ``grace_ms``).
+* ``withhold_acks``: batches after N are written durably but never acknowledged on this stream.
+* ``delay_acks``: acknowledgements after batch N are sent ``delay_s`` late.
+* ``crash``: batch N+1 is written and fsync'd, then the process exits (``os._exit``) before acking.
+* ``reject_open``: the stream is refused at open with ``status`` (e.g. ``RESOURCE_EXHAUSTED``).
+
+Faults come from code (``Emulator.faults.add(FaultSpec(...))``), from a JSON file
+(``zerobus-orch serve --faults faults.json``, a list of objects with these fields), from the TOML config
+file (``[[zerobus_emulator_faults]]`` tables beside ``[zerobus]``, read by ``serve --config``) or over
+HTTP (``POST /_emulator/faults`` with one such object).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import tomllib
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+
+class FaultKind(StrEnum):
+    ABORT = "abort"
+    ROTATE = "rotate"
+    WITHHOLD_ACKS = "withhold_acks"
+    DELAY_ACKS = "delay_acks"
+    CRASH = "crash"
+    REJECT_OPEN = "reject_open"
+
+
+Protocol = Literal["row", "arrow"]
+
+
+class FaultSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: FaultKind
+    table: str | None = Field(None, description="catalog.schema.table it applies to; None: any table.")
+    protocol: Protocol | None = Field(
+        None, description="'row' (EphemeralStream) or 'arrow' (DoPut); None: both."
+    )
+    after_batches: int = Field(0, ge=0, description="Batches accepted on the stream before the fault acts.")
+    status: str = Field("UNAVAILABLE", description="gRPC status name for abort / reject_open.")
+    message: str = Field("injected fault", description="Status details text.")
+    delay_s: float = Field(0.0, ge=0, description="Ack delay for delay_acks.")
+    grace_ms: int = Field(1000, ge=0, description="Rotation grace for rotate.")
+    streams: int = Field(1, ge=1, description="How many stream connections it fires on before it is spent.")
+    exit_code: int = Field(137, description="Process exit code for crash.")
+
+
+_SPECS = TypeAdapter(list[FaultSpec])
+
+
+TOML_KEY = "zerobus_emulator_faults"
+
+
+def load_faults(path: str | Path) -> list[FaultSpec]:
+    """Faults from a JSON list, or from a TOML file's ``[[zerobus_emulator_faults]]`` tables.
+
+    The TOML form lets the same file as ``--config`` (whose ``[zerobus]`` table is the package config)
+    carry the emulator's faults; a TOML file without the key has no faults.
+    """
+    file = Path(path)
+    if file.suffix == ".toml":
+        with open(file, "rb") as fh:
+            raw = tomllib.load(fh).get(TOML_KEY, [])
+    else:
+        raw = json.loads(file.read_text())
+    return _SPECS.validate_python(raw)
+
+
+@dataclass
+class _Armed:
+    spec: FaultSpec
+    streams_left: int
+
+
+class FaultInjector:
+    """Holds armed faults and hands each new stream the ones it must suffer."""
+
+    def __init__(self, specs: list[FaultSpec] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._armed: list[_Armed] = []
+        self.fired: list[FaultSpec] = []
+        for spec in specs or []:
+            self.add(spec)
+
+    def add(self, spec: FaultSpec) -> FaultSpec:
+        with self._lock:
+            self._armed.append(_Armed(spec, spec.streams))
+        return spec
+
+    def clear(self) -> None:
+        with self._lock:
+            self._armed.clear()
+
+    def pending(self) -> list[FaultSpec]:
+        with self._lock:
+            return [a.spec for a in self._armed]
+
+    def arm(self, table: str, protocol: Protocol) -> list[FaultSpec]:
+        """The faults the stream now opening on ``table`` gets; each use spends one of its ``streams``."""
+        armed: list[FaultSpec] = []
+        with self._lock:
+            for entry in self._armed:
+                spec = entry.spec
+                if spec.table is not None and spec.table.lower() != table.lower():
+                    continue
+                if spec.protocol is not None and spec.protocol != protocol:
+                    continue
+                entry.streams_left -= 1
+                armed.append(spec)
+                self.fired.append(spec)
+            self._armed = [e for e in self._armed if e.streams_left > 0]
+        return armed

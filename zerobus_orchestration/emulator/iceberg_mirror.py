@@ -1,0 +1,612 @@
+"""Emulated UniForm: mirror each Delta commit into an Iceberg table, asynchronously and with a lag.
+
+Real UniForm generates Iceberg metadata for a Delta table some time after each commit, next to the
+Delta log, without copying data. This mirror does the same locally with pyiceberg's ``SqlCatalog`` at
+``<warehouse>/_zerobus/iceberg.sqlite``: one pyiceberg catalog per Unity Catalog catalog (the catalog
+name is the SqlCatalog name), namespace = schema, table = table, and the Iceberg ``metadata/`` folder
+inside the Delta table folder. Iceberg reads the Delta Parquet files in place through a name mapping.
+
+Each converted snapshot records ``delta-version`` and ``delta-timestamp`` in its summary: the local
+equivalent of Unity Catalog's ``converted_delta_version`` that read-back waits for.
+
+Why data files are built by hand rather than with ``Table.add_files``: delta-rs names nested Parquet
+fields ``list.item`` / ``entries.key``, pyiceberg's statistics mapping expects ``list.element`` /
+``key_value.key`` and ``add_files`` fails with ``KeyError`` (apache/iceberg-python#716). Building the
+``DataFile`` with an aliasing column mapping works for plain and nested columns alike, so there is one
+code path for appends and for overwrites.
+
+One background thread per mirror handles every watched table. A failed conversion is logged, counted
+and retried with backoff; it never ends the thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NamespaceAlreadyExistsError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
+from pyiceberg.io.pyarrow import (
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.table import Table as IcebergTable
+
+from zerobus_orchestration.errors import ZerobusOrchestrationError
+from zerobus_orchestration.tables import TableName, table_uri, zerobus_dir
+
+log = logging.getLogger(__name__)
+
+ICEBERG_DB_NAME: Final = "iceberg.sqlite"
+DELTA_VERSION_KEY: Final = "delta-version"
+DELTA_TIMESTAMP_KEY: Final = "delta-timestamp"
+NAME_MAPPING_PROPERTY: Final = "schema.name-mapping.default"
+
+_COMMIT_ATTEMPTS: Final = 5
+_ERROR_BACKOFF_INITIAL_S: Final = 0.5
+_ERROR_BACKOFF_MAX_S: Final = 30.0
+_IDLE_WAKEUP_S: Final = 1.0
+
+# object_store (delta-rs) storage option -> pyiceberg FileIO property, for S3 warehouses.
+_STORAGE_TO_ICEBERG: Final = {
+    "aws_endpoint_url": "s3.endpoint",
+    "aws_endpoint": "s3.endpoint",
+    "endpoint_url": "s3.endpoint",
+    "aws_access_key_id": "s3.access-key-id",
+    "access_key_id": "s3.access-key-id",
+    "aws_secret_access_key": "s3.secret-access-key",
+    "secret_access_key": "s3.secret-access-key",
+    "aws_session_token": "s3.session-token",
+    "session_token": "s3.session-token",
+    "aws_region": "s3.region",
+    "region": "s3.region",
+}
+
+
+class MirrorError(ZerobusOrchestrationError):
+    """A Delta table the mirror cannot convert; the message names the table and the reason."""
+
+
+def iceberg_io_properties(storage_options: Mapping[str, str] | None) -> dict[str, str]:
+    """pyiceberg FileIO properties equivalent to delta-rs ``storage_options`` (S3 keys and endpoint)."""
+    props: dict[str, str] = {}
+    for key, value in (storage_options or {}).items():
+        mapped = _STORAGE_TO_ICEBERG.get(key.lower())
+        if mapped is not None:
+            props[mapped] = value
+    return props
+
+
+def delta_arrow_schema_with_docs(schema: pa.Schema) -> pa.Schema:
+    """The Delta schema with each column's ``comment`` metadata copied to ``doc``, which pyiceberg reads."""
+    return pa.schema([_field_with_doc(f) for f in schema], metadata=schema.metadata)
+
+
+def _field_with_doc(f: pa.Field) -> pa.Field:
+    dtype = f.type
+    if pa.types.is_struct(dtype):
+        dtype = pa.struct([_field_with_doc(dtype.field(i)) for i in range(dtype.num_fields)])
+    elif pa.types.is_map(dtype):
+        dtype = pa.map_(_field_with_doc(dtype.key_field), _field_with_doc(dtype.item_field))
+    elif pa.types.is_large_list(dtype):
+        dtype = pa.large_list(_field_with_doc(dtype.value_field))
+    elif pa.types.is_list(dtype):
+        dtype = pa.list_(_field_with_doc(dtype.value_field))
+    metadata = dict(f.metadata or {})
+    if b"comment" in metadata:
+        metadata[b"doc"] = metadata[b"comment"]
+    return pa.field(f.name, dtype, nullable=f.nullable, metadata=metadata or None)
+
+
+def _aliased_column_mapping(mapping: Mapping[str, int]) -> dict[str, int]:
+    """Parquet column path -> field id, also under delta-rs's (arrow-rs) nested names."""
+    aliased = dict(mapping)
+    for path, field_id in mapping.items():
+        alias = path.replace(".list.element", ".list.item").replace(".key_value.", ".entries.")
+        aliased.setdefault(alias, field_id)
+    return aliased
+
+
+def build_data_file(table: IcebergTable, file_path: str) -> DataFile:
+    """An Iceberg ``DataFile`` for an existing Parquet file, with statistics mapped by column name."""
+    metadata = table.metadata
+    schema = metadata.schema()
+    input_file = table.io.new_input(file_path)
+    with input_file.open() as stream:
+        parquet_metadata = pq.read_metadata(stream)
+    statistics = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=parquet_metadata,
+        stats_columns=compute_statistics_plan(schema, metadata.properties),
+        parquet_column_mapping=_aliased_column_mapping(parquet_path_to_id_mapping(schema)),
+    )
+    return DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=file_path,
+        file_format=FileFormat.PARQUET,
+        partition=statistics.partition(metadata.spec(), schema),
+        file_size_in_bytes=len(input_file),
+        sort_order_id=None,
+        spec_id=metadata.default_spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
+    )
+
+
+def snapshot_delta_version(table: IcebergTable) -> int:
+    """The Delta version recorded in the current snapshot's summary; -1 without one."""
+    snapshot = table.current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return -1
+    raw = snapshot.summary.additional_properties.get(DELTA_VERSION_KEY)
+    return int(raw) if raw is not None else -1
+
+
+def _is_local(warehouse: str) -> bool:
+    scheme = urlparse(warehouse).scheme
+    return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
+
+
+def _absolute(uri: str) -> str:
+    """Local relative paths made absolute: the Iceberg metadata records locations for other processes."""
+    return os.path.abspath(uri) if urlparse(uri).scheme == "" else uri
+
+
+def _local_path(uri: str) -> Path:
+    parsed = urlparse(uri)
+    return Path(unquote(parsed.path)) if parsed.scheme == "file" else Path(uri)
+
+
+def default_catalog_db(warehouse: str) -> Path:
+    """Where the SqlCatalog file lives: in the warehouse when it is a folder, else in the temp dir.
+
+    SQLite needs a local file; for an object-store warehouse the file is kept per warehouse URI in the
+    system temp directory (pass ``catalog_db`` to choose another place).
+    """
+    if _is_local(warehouse):
+        return _local_path(zerobus_dir(warehouse)) / ICEBERG_DB_NAME
+    digest = hashlib.sha256(warehouse.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "zerobus-iceberg" / digest / ICEBERG_DB_NAME
+
+
+@dataclass
+class _TableState:
+    """Per-table mirror state. ``pending`` holds (due monotonic time, Delta version) notifications."""
+
+    name: TableName
+    delta_uri: str
+    pending: list[tuple[float, int]] = field(default_factory=list)
+    converted: int = -1
+    highest_seen: int = -1
+    next_poll: float = 0.0
+    error_count: int = 0
+    consecutive_errors: int = 0
+    retry_at: float | None = None
+    last_error: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class IcebergMirror:
+    """Mirrors watched Delta tables into Iceberg ``lag_s`` seconds after each commit.
+
+    ``notify`` is the fast path (the emulator's materialiser calls it after each Delta commit); with
+    ``poll_interval_s`` set, watched tables are also polled so commits made by anything else (catalog
+    DDL, a test writing with deltalake) are mirrored too.
+    """
+
+    def __init__(
+        self,
+        warehouse: str,
+        lag_s: float = 2.0,
+        storage_options: dict[str, str] | None = None,
+        *,
+        poll_interval_s: float | None = 1.0,
+        catalog_db: str | Path | None = None,
+    ) -> None:
+        if lag_s < 0:
+            raise ValueError(f"lag_s must be >= 0, got {lag_s}")
+        if poll_interval_s is not None and poll_interval_s <= 0:
+            raise ValueError(f"poll_interval_s must be > 0 or None, got {poll_interval_s}")
+        self.warehouse = _absolute(warehouse)
+        self.lag_s = lag_s
+        self.poll_interval_s = poll_interval_s
+        self._storage_options = dict(storage_options or {})
+        self._io_properties = iceberg_io_properties(self._storage_options)
+        self._catalog_db = (
+            Path(catalog_db).absolute() if catalog_db is not None else default_catalog_db(self.warehouse)
+        )
+        self._tables: dict[TableName, _TableState] = {}
+        self._catalogs: dict[str, SqlCatalog] = {}
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="zerobus-iceberg-mirror", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout_s: float | None = 30.0) -> None:
+        """Stop the mirror thread and wait for it (an in-flight conversion finishes first)."""
+        with self._wakeup:
+            self._stop.set()
+            self._wakeup.notify_all()
+            thread = self._thread
+            self._thread = None
+        if thread is not None:
+            thread.join(timeout_s)
+
+    def __enter__(self) -> IcebergMirror:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # ----------------------------------------------------------------- public API
+
+    def watch(self, full_name: str, delta_uri: str | None = None) -> None:
+        """Mirror ``full_name``, whose Delta table is at ``delta_uri`` (default: the warehouse layout)."""
+        self._state(full_name, delta_uri)
+
+    def notify(self, full_name: str, delta_version: int) -> None:
+        """Delta committed ``delta_version``: convert it ``lag_s`` seconds from now."""
+        state = self._state(full_name)
+        with self._wakeup:
+            state.pending.append((time.monotonic() + self.lag_s, delta_version))
+            state.highest_seen = max(state.highest_seen, delta_version)
+            self._wakeup.notify_all()
+
+    def sync_now(self, full_name: str) -> int:
+        """Convert the latest Delta version now, skipping the lag. Returns the Delta version reflected."""
+        state = self._state(full_name)
+        try:
+            version = self._convert(state, None)
+        except Exception as exc:
+            self._record_error(state, exc, traceback=False)  # the caller gets the exception itself
+            raise
+        with self._lock:
+            state.pending = [(due, v) for due, v in state.pending if v > version]
+        return version
+
+    def converted_version(self, full_name: str) -> int:
+        """The Delta version the Iceberg table reflects; -1 when nothing was converted yet."""
+        return self._state(full_name).converted
+
+    def last_error(self, full_name: str) -> str | None:
+        """The last conversion failure of ``full_name`` (cleared by the next success)."""
+        return self._state(full_name).last_error
+
+    def error_count(self, full_name: str) -> int:
+        """How many conversions of ``full_name`` failed since the mirror started."""
+        return self._state(full_name).error_count
+
+    def watched(self) -> list[str]:
+        with self._lock:
+            return [name.full_name for name in self._tables]
+
+    def iceberg_catalog(self, catalog: str) -> SqlCatalog:
+        """The pyiceberg catalog holding the mirrors of Unity Catalog catalog ``catalog``."""
+        with self._lock:
+            existing = self._catalogs.get(catalog)
+            if existing is not None:
+                return existing
+            self._catalog_db.parent.mkdir(parents=True, exist_ok=True)
+            created = SqlCatalog(catalog, uri=f"sqlite:///{self._catalog_db}", **self._io_properties)
+            self._catalogs[catalog] = created
+            return created
+
+    def catalog_names(self) -> list[str]:
+        """UC catalogs with at least one mirrored table (read from the SqlCatalog file)."""
+        if not self._catalog_db.exists():
+            return []
+        import sqlite3
+
+        with sqlite3.connect(self._catalog_db) as conn:
+            try:
+                rows = conn.execute("SELECT DISTINCT catalog_name FROM iceberg_tables").fetchall()
+            except sqlite3.OperationalError:  # tables not created yet
+                return []
+        return sorted(str(r[0]) for r in rows)
+
+    @property
+    def io_properties(self) -> dict[str, str]:
+        """FileIO properties a reader needs for the data files (the facade vends them)."""
+        return dict(self._io_properties)
+
+    def load_iceberg_table(self, full_name: str) -> IcebergTable:
+        name = TableName.parse(full_name)
+        return self.iceberg_catalog(name.catalog).load_table((name.schema, name.table))
+
+    # ----------------------------------------------------------------- state
+
+    def _state(self, full_name: str, delta_uri: str | None = None) -> _TableState:
+        name = TableName.parse(full_name)
+        with self._wakeup:
+            state = self._tables.get(name)
+            if state is None:
+                uri = _absolute(delta_uri) if delta_uri else table_uri(self.warehouse, name)
+                state = _TableState(name=name, delta_uri=uri)
+                self._tables[name] = state
+                is_new = True
+            else:
+                if delta_uri:
+                    state.delta_uri = _absolute(delta_uri)
+                is_new = False
+            if is_new:
+                self._wakeup.notify_all()  # the thread polls the new table without waiting for its idle tick
+        if is_new:
+            state.converted = self._read_converted(name)
+        return state
+
+    def _read_converted(self, name: TableName) -> int:
+        try:
+            return snapshot_delta_version(self.load_iceberg_table(name.full_name))
+        except NoSuchTableError:
+            return -1
+        except Exception:  # a broken catalog file must not stop watching; the next sync reports it
+            log.warning("could not read the Iceberg mirror of %s", name, exc_info=True)
+            return -1
+
+    # ----------------------------------------------------------------- background thread
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._poll_delta_versions()
+                for state, version in self._take_due_work():
+                    if self._stop.is_set():
+                        break
+                    self._convert_safely(state, version)
+            except Exception:  # defensive: nothing may end the mirror thread
+                log.exception("iceberg mirror loop error")
+            with self._wakeup:
+                if self._stop.is_set():
+                    break
+                self._wakeup.wait(timeout=self._seconds_until_next_event())
+
+    def _seconds_until_next_event(self) -> float:
+        now = time.monotonic()
+        candidates = [_IDLE_WAKEUP_S]
+        for state in self._tables.values():
+            candidates.extend(due - now for due, _ in state.pending)
+            if state.retry_at is not None:
+                candidates.append(state.retry_at - now)
+            if self.poll_interval_s is not None:
+                candidates.append(state.next_poll - now)
+        return max(0.0, min(candidates))
+
+    def _poll_delta_versions(self) -> None:
+        if self.poll_interval_s is None:
+            return
+        now = time.monotonic()
+        with self._lock:
+            due = [s for s in self._tables.values() if s.next_poll <= now]
+            for state in due:
+                state.next_poll = now + self.poll_interval_s
+        for state in due:
+            try:
+                version = self._delta_table(state.delta_uri).version()
+            except Exception:  # table not created yet, or a transient store error: poll again later
+                continue
+            with self._lock:
+                if version > max(state.highest_seen, state.converted):
+                    state.highest_seen = version
+                    state.pending.append((time.monotonic() + self.lag_s, version))
+
+    def _take_due_work(self) -> list[tuple[_TableState, int]]:
+        """For each table, the highest notified version whose lag has passed (older ones are subsumed)."""
+        now = time.monotonic()
+        work: list[tuple[_TableState, int]] = []
+        with self._lock:
+            for state in self._tables.values():
+                if state.retry_at is not None and state.retry_at > now:
+                    continue
+                due_versions = [v for due, v in state.pending if due <= now]
+                if not due_versions:
+                    continue
+                target = max(due_versions)
+                state.pending = [(due, v) for due, v in state.pending if v > target]
+                if target > state.converted:
+                    work.append((state, target))
+        return work
+
+    def _convert_safely(self, state: _TableState, version: int) -> None:
+        try:
+            self._convert(state, version)
+        except Exception as exc:
+            self._record_error(state, exc)
+            backoff = min(
+                _ERROR_BACKOFF_MAX_S, _ERROR_BACKOFF_INITIAL_S * 2 ** (state.consecutive_errors - 1)
+            )
+            with self._lock:
+                state.retry_at = time.monotonic() + backoff
+                state.pending.append((time.monotonic(), version))
+
+    def _record_error(self, state: _TableState, exc: BaseException, *, traceback: bool = True) -> None:
+        with self._lock:
+            state.error_count += 1
+            state.consecutive_errors += 1
+            state.last_error = f"{type(exc).__name__}: {exc}"
+        log.error(
+            "iceberg mirror of %s failed (%d failures so far): %s",
+            state.name,
+            state.error_count,
+            state.last_error,
+            exc_info=exc if traceback else None,
+        )
+
+    # ----------------------------------------------------------------- conversion
+
+    def _delta_table(self, uri: str) -> DeltaTable:
+        return DeltaTable(uri, storage_options=self._storage_options or None)
+
+    def _convert(self, state: _TableState, version: int | None) -> int:
+        """Make the Iceberg table reflect Delta ``version`` (``None``: the latest). Returns the version."""
+        with state.lock:
+            for attempt in range(1, _COMMIT_ATTEMPTS + 1):
+                try:
+                    converted = self._convert_once(state, version)
+                    break
+                except CommitFailedException:
+                    if attempt == _COMMIT_ATTEMPTS:
+                        raise
+                    log.info("iceberg commit conflict on %s, retrying (attempt %d)", state.name, attempt)
+                    time.sleep(0.05 * attempt)
+        with self._lock:
+            state.converted = max(state.converted, converted)
+            state.highest_seen = max(state.highest_seen, converted)
+            state.last_error = None
+            state.consecutive_errors = 0
+            state.retry_at = None
+        return converted
+
+    def _convert_once(self, state: _TableState, version: int | None) -> int:
+        dt = self._delta_table(state.delta_uri)
+        latest = dt.version()
+        target = latest if version is None else min(version, latest)
+        if target != latest:
+            dt.load_as_version(target)
+        self._check_convertible(state.name, dt)
+
+        arrow_schema = delta_arrow_schema_with_docs(pa.schema(dt.schema().to_arrow()))
+        table = self._load_or_create(state, arrow_schema)
+        already = snapshot_delta_version(table)
+        if already >= target:
+            return already
+
+        with table.update_schema() as update:  # additive evolution; also extends the name mapping
+            update.union_by_name(arrow_schema)
+        table = table.refresh()
+
+        base = dt.table_uri.rstrip("/")
+        timestamp = _commit_timestamp(table, base, target)
+        delta_files = {_data_file_uri(base, p) for p in _add_action_paths(dt)}
+        registered = (
+            {task.file.file_path: task.file for task in table.scan().plan_files()}
+            if table.current_snapshot() is not None
+            else {}
+        )
+        to_add = sorted(delta_files - registered.keys())
+        to_remove = [registered[p] for p in sorted(registered.keys() - delta_files)]
+        summary = {DELTA_VERSION_KEY: str(target)}
+        if timestamp is not None:
+            summary[DELTA_TIMESTAMP_KEY] = str(timestamp)
+
+        new_files = [build_data_file(table, path) for path in to_add]
+        with table.transaction() as tx:
+            if NAME_MAPPING_PROPERTY not in tx.table_metadata.properties:
+                mapping = tx.table_metadata.schema().name_mapping
+                tx.set_properties({NAME_MAPPING_PROPERTY: mapping.model_dump_json()})
+            # A metadata-only Delta commit still gets a (file-less) snapshot, so the snapshot summary
+            # always carries the latest converted Delta version.
+            snapshot_update = tx.update_snapshot(snapshot_properties=summary)
+            if to_remove:
+                with snapshot_update.overwrite() as overwrite:
+                    for old in to_remove:
+                        overwrite.delete_data_file(old)
+                    for new in new_files:
+                        overwrite.append_data_file(new)
+            else:
+                with snapshot_update.fast_append() as append:
+                    for new in new_files:
+                        append.append_data_file(new)
+        log.info(
+            "mirrored %s Delta version %d to Iceberg (+%d -%d files)",
+            state.name,
+            target,
+            len(new_files),
+            len(to_remove),
+        )
+        return target
+
+    def _check_convertible(self, name: TableName, dt: DeltaTable) -> None:
+        metadata = dt.metadata()
+        if metadata.partition_columns:
+            raise MirrorError(
+                f"cannot mirror {name} to Iceberg: it is partitioned by {list(metadata.partition_columns)}; "
+                "the embedded UniForm emulation supports unpartitioned tables only (drop partition_by)"
+            )
+        mode = metadata.configuration.get("delta.columnMapping.mode", "none")
+        if mode not in ("none", None):
+            raise MirrorError(
+                f"cannot mirror {name} to Iceberg: delta.columnMapping.mode={mode!r}; the embedded emulation "
+                "mirrors plain tables through name mapping (create the table without column mapping)"
+            )
+
+    def _load_or_create(self, state: _TableState, arrow_schema: pa.Schema) -> IcebergTable:
+        catalog = self.iceberg_catalog(state.name.catalog)
+        identifier = (state.name.schema, state.name.table)
+        try:
+            return catalog.load_table(identifier)
+        except NoSuchTableError:
+            pass
+        with contextlib.suppress(NamespaceAlreadyExistsError):
+            catalog.create_namespace((state.name.schema,))
+        try:
+            return catalog.create_table(
+                identifier,
+                schema=arrow_schema,
+                location=state.delta_uri,
+                properties={"write.parquet.compression-codec": "zstd"},
+            )
+        except TableAlreadyExistsError:  # another process mirrored it first
+            return catalog.load_table(identifier)
+
+
+def _add_action_paths(dt: DeltaTable) -> Iterable[str]:
+    actions: Any = dt.get_add_actions(flatten=True)
+    paths: list[str] = pa.table(actions).column("path").to_pylist()
+    return paths
+
+
+def _commit_timestamp(table: IcebergTable, delta_base: str, version: int) -> int | None:
+    """The commit time (ms) of Delta ``version`` from its commitInfo, read with the Iceberg FileIO.
+
+    Not ``DeltaTable.history()``: it reports wrong timestamps for a table loaded at an older version,
+    and its log listing hung against moto's S3 in our runs.
+    """
+    path = f"{delta_base}/_delta_log/{version:020d}.json"
+    try:
+        with table.io.new_input(path).open() as stream:
+            for line in stream.read().decode().splitlines():
+                commit_info = json.loads(line).get("commitInfo") if line.strip() else None
+                if isinstance(commit_info, dict) and "timestamp" in commit_info:
+                    return int(commit_info["timestamp"])
+    except (OSError, ValueError):  # the commit file was cleaned up after a checkpoint, or is unreadable
+        return None
+    return None
+
+
+def _data_file_uri(table_base: str, path: str) -> str:
+    # Add-action paths are relative and percent-encoded (RFC 2396) unless the file lives elsewhere.
+    if "://" in path:
+        return path
+    return f"{table_base}/{unquote(path)}"

@@ -1,0 +1,95 @@
+"""Run the emulator in the foreground (``zerobus-orch serve``, ``python -m zerobus_orchestration.emulator``).
+
+Prints one JSON line with the endpoint, token URL and Iceberg REST URL (``--json``) or a short human
+summary, then serves until SIGINT/SIGTERM, committing everything acknowledged before exiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from zerobus_orchestration.config import EmulatorConfig
+from zerobus_orchestration.emulator.faults import FaultSpec, load_faults
+from zerobus_orchestration.emulator.server import Emulator
+
+
+def endpoints(emulator: Emulator) -> dict[str, object]:
+    return {
+        "endpoint": emulator.endpoint,
+        "token_url": emulator.token_url,
+        "workspace_url": emulator.workspace_url,
+        "iceberg_rest_uri": emulator.iceberg_rest_uri,
+        "warehouse": emulator.warehouse,
+        "client_id": emulator.client_id,
+        "replayed": emulator.replayed,
+        "pid": os.getpid(),
+    }
+
+
+def run(
+    warehouse: str,
+    config: EmulatorConfig,
+    faults: list[FaultSpec] | None = None,
+    as_json: bool = False,
+    iceberg: bool = True,
+) -> None:
+    """Serve until SIGINT/SIGTERM."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    emulator = Emulator(warehouse, config, faults=faults or [], iceberg=iceberg)
+    emulator.start()
+    try:
+        info = endpoints(emulator)
+        if as_json:
+            sys.stdout.write(json.dumps(info) + "\n")
+        else:
+            sys.stdout.write(
+                f"Zerobus emulator (warehouse {warehouse})\n"
+                f"  endpoint          {info['endpoint']}\n"
+                f"  token URL         {info['token_url']}  (SDK unity_catalog_url; POST /oidc/v1/token)\n"
+                f"  Iceberg REST URL  {info['iceberg_rest_uri']}\n"
+                f"  client id         {config.client_id}  (secret from the config; not printed)\n"
+                "Ctrl-C to stop.\n"
+            )
+        sys.stdout.flush()
+        while not stop.wait(0.5):
+            pass
+    finally:
+        emulator.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m zerobus_orchestration.emulator")
+    parser.add_argument("--warehouse", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--token-port", type=int, default=0)
+    parser.add_argument(
+        "--time-to-table", type=float, default=1.0, help="Seconds between WAL -> Delta commits."
+    )
+    parser.add_argument("--max-streams-per-table", type=int, default=None)
+    parser.add_argument("--faults", type=Path, default=None, help="JSON list of fault objects.")
+    parser.add_argument("--json", action="store_true", help="Print one JSON line with the endpoints.")
+    parser.add_argument("--no-iceberg", action="store_true", help="Skip the Iceberg mirror and REST facade.")
+    args = parser.parse_args(argv)
+    config = EmulatorConfig(
+        host=args.host,
+        port=args.port,
+        token_port=args.token_port,
+        time_to_table_s=args.time_to_table,
+        max_streams_per_table=args.max_streams_per_table,
+    )
+    faults = load_faults(args.faults) if args.faults else None
+    run(args.warehouse, config, faults, as_json=args.json, iceberg=not args.no_iceberg)

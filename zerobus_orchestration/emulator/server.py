@@ -1,0 +1,335 @@
+"""``Emulator``: the local Zerobus service the official SDK talks to, in-process or in the foreground.
+
+One grpcio server (EphemeralStream + DoPut on one port), one HTTP server (OAuth token endpoint, Iceberg
+REST facade, test hooks), a WAL per table, a materialiser to Delta and the Iceberg mirror. Restarting
+on the same warehouse replays every WAL: what was acknowledged but not yet in Delta is committed once.
+
+    with Emulator(warehouse, EmulatorConfig()) as emu:
+        sdk = ZerobusSdk(emu.endpoint, emu.workspace_url)
+        stream = sdk.create_arrow_stream("main.default.events", schema, emu.client_id, emu.client_secret)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from zerobus_orchestration.config import EmulatorConfig
+from zerobus_orchestration.emulator.auth import TokenIssuer
+from zerobus_orchestration.emulator.faults import FaultInjector, FaultSpec
+from zerobus_orchestration.emulator.http_api import ICEBERG_REST_PREFIX, IcebergRest, make_http_server
+from zerobus_orchestration.emulator.materializer import Materializer, MirrorHook, TableState, table_exists
+from zerobus_orchestration.emulator.quotas import StreamLimiter
+from zerobus_orchestration.emulator.streams import generic_handlers
+from zerobus_orchestration.emulator.wal import table_of_wal_dir, wal_dir_name
+from zerobus_orchestration.errors import ConfigError, ZerobusOrchestrationError
+from zerobus_orchestration.tables import TableName, table_uri, zerobus_dir
+
+log = logging.getLogger(__name__)
+
+# Above the SDK's 10 MiB per-call limit (and arrow-rs' ~2 MiB Flight frames), with headroom.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_WORKERS = 512  # sync grpcio holds one worker per open bidi stream
+
+
+class EmulatorError(ZerobusOrchestrationError):
+    """The emulator could not start or a request to it was invalid."""
+
+
+def _is_local(warehouse: str) -> bool:
+    return "://" not in warehouse or warehouse.startswith("file://")
+
+
+def _local_path(warehouse: str) -> Path:
+    return Path(warehouse[len("file://") :] if warehouse.startswith("file://") else warehouse)
+
+
+def default_wal_dir(warehouse: str) -> Path:
+    """``<warehouse>/_zerobus/wal`` for a local warehouse; for an object store (no fsync there) a local
+    folder keyed by the warehouse URI, ``~/.zerobus/wal/<sha256(uri)[:16]>``."""
+    if _is_local(warehouse):
+        return Path(zerobus_dir(str(_local_path(warehouse)))) / "wal"
+    digest = hashlib.sha256(warehouse.encode()).hexdigest()[:16]
+    return Path.home() / ".zerobus" / "wal" / digest
+
+
+class Emulator:
+    """The local Zerobus service. Not started until ``start()`` (or ``with``)."""
+
+    def __init__(
+        self,
+        warehouse: str,
+        config: EmulatorConfig | None = None,
+        *,
+        faults: Sequence[FaultSpec] = (),
+        storage_options: dict[str, str] | None = None,
+        wal_dir: str | None = None,
+        iceberg: bool = True,
+        max_workers: int = DEFAULT_MAX_WORKERS,
+    ) -> None:
+        self.warehouse = str(warehouse)
+        self.config = config or EmulatorConfig()
+        self.storage_options = storage_options
+        self.wal_root = Path(wal_dir) if wal_dir is not None else default_wal_dir(self.warehouse)
+        self.issuer = TokenIssuer(self.config.client_id, self.config.client_secret, self.config.token_ttl_s)
+        self.limiter = StreamLimiter(self.config.max_streams_per_table)
+        self.faults = FaultInjector(list(faults))
+        self.per_stream_mb_s = self.config.per_stream_mb_s
+        self._iceberg_enabled = iceberg
+        self._max_workers = max_workers
+        self._tables: dict[str, TableState] = {}
+        self._tables_lock = threading.Lock()
+        self._mirror: Any = None
+        self._facade: IcebergRest | None = None
+        self._grpc: grpc.Server | None = None
+        self._http: ThreadingHTTPServer | None = None
+        self._http_thread: threading.Thread | None = None
+        self._materializer: Materializer | None = None
+        self._port = 0
+        self._token_port = 0
+        self.replayed: dict[str, int] = {}
+        self._lock_fd: int | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> Emulator:
+        """Replay the WALs, then serve. A failed start releases whatever it had already started."""
+        if self._grpc is not None:
+            return self
+        try:
+            return self._start()
+        except BaseException:
+            self.stop(grace_s=0)
+            raise
+
+    def _start(self) -> Emulator:
+        self.wal_root.mkdir(parents=True, exist_ok=True)
+        self._lock_wal_root()
+        if self._iceberg_enabled:
+            self._start_iceberg()
+        self._replay()
+        self._materializer = Materializer(self.config.time_to_table_s, self._open_tables, self._mirror_hook())
+        self._materializer.start()
+        server = grpc.server(
+            ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="zerobus-emulator-grpc"),
+            handlers=generic_handlers(self),
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        self._grpc = server
+        address = f"{self.config.host}:{self.config.port}"
+        try:
+            port = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise EmulatorError(f"cannot bind the gRPC port {address}: {exc}") from exc
+        if port == 0:
+            raise EmulatorError(f"cannot bind the gRPC port {address} (in use?)")
+        server.start()
+        self._port = port
+        self._http = make_http_server(self.config.host, self.config.token_port, self)
+        self._token_port = int(self._http.server_address[1])
+        self._http_thread = threading.Thread(
+            target=self._http.serve_forever, args=(0.05,), name="zerobus-emulator-http", daemon=True
+        )
+        self._http_thread.start()
+        log.info("zerobus emulator on %s (tokens and Iceberg REST on %s)", self.endpoint, self.workspace_url)
+        return self
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        """Stop serving, commit everything acknowledged to Delta, close the WALs."""
+        if self._grpc is not None:
+            self._grpc.stop(grace_s).wait()
+            self._grpc = None
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+        if self._materializer is not None:
+            self._materializer.stop()
+            self._materializer.run_once()
+            self._materializer = None
+        if self._mirror is not None:
+            self._mirror.stop()
+            self._mirror = None
+            self._facade = None
+        with self._tables_lock:
+            for state in self._tables.values():
+                state.wal.close()
+            self._tables.clear()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+    def _lock_wal_root(self) -> None:
+        """One emulator per WAL folder: a second one would replay (and cut) logs still being written."""
+        fd = os.open(self.wal_root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            raise EmulatorError(
+                f"another emulator is already running on {self.warehouse} (WAL {self.wal_root}): stop it"
+            ) from exc
+        self._lock_fd = fd
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def serve_forever(self) -> None:
+        """Block until interrupted (Ctrl-C / SIGTERM handled by the caller), then stop."""
+        stop = threading.Event()
+        try:
+            stop.wait()
+        finally:
+            self.stop()
+
+    # -- addresses ---------------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def token_port(self) -> int:
+        return self._token_port
+
+    @property
+    def endpoint(self) -> str:
+        """The Zerobus endpoint for ``ZerobusSdk(host=...)`` (plaintext HTTP/2)."""
+        return f"http://{self.config.host}:{self._port}"
+
+    @property
+    def workspace_url(self) -> str:
+        """What the SDK takes as ``unity_catalog_url`` (it posts to ``/oidc/v1/token`` below it)."""
+        return f"http://{self.config.host}:{self._token_port}"
+
+    @property
+    def token_url(self) -> str:
+        return self.workspace_url
+
+    @property
+    def iceberg_rest_uri(self) -> str:
+        return self.workspace_url + ICEBERG_REST_PREFIX
+
+    @property
+    def client_id(self) -> str:
+        return self.config.client_id
+
+    @property
+    def client_secret(self) -> str:
+        return self.config.client_secret.get_secret_value()
+
+    # -- tables, tokens, materialisation -------------------------------------------------------------
+    def issue_token(self, table: str | None = None, ttl_s: float | None = None) -> str:
+        """A bearer token for ``table`` (None: any table), e.g. for a HeadersProvider."""
+        scope = None if table is None else frozenset({TableName.parse(table).full_name})
+        return self.issuer.issue(scope, ttl_s)
+
+    def table_state(self, full_name: str) -> TableState | None:
+        """The open state of ``full_name``, opening it if its Delta table exists; None if it does not."""
+        with self._tables_lock:
+            state = self._tables.get(full_name)
+            if state is not None:
+                return state
+            uri = table_uri(self.warehouse, full_name)
+            if not table_exists(uri, self.storage_options):
+                return None
+            state = TableState.open(
+                full_name, uri, self.wal_root / wal_dir_name(full_name), self.storage_options
+            )
+            self._tables[full_name] = state
+        if self._mirror is not None:
+            self._mirror.watch(full_name, uri)
+        return state
+
+    def materialize_now(self, table: str) -> int | None:
+        """Commit what is acknowledged for ``table`` to Delta now; the new Delta version or None."""
+        full_name = TableName.parse(table).full_name
+        state = self.table_state(full_name)
+        if state is None:
+            raise EmulatorError(f"table {full_name} does not exist under {self.warehouse}")
+        return state.materialize(self._mirror_hook())
+
+    def _open_tables(self) -> list[TableState]:
+        with self._tables_lock:
+            return list(self._tables.values())
+
+    def materialize_all(self) -> dict[str, int | None]:
+        with self._tables_lock:
+            names = list(self._tables)
+        return {name: self.materialize_now(name) for name in names}
+
+    def materialize_for_http(self, table: str | None) -> dict[str, Any]:
+        if table:
+            return {"table": table, "delta_version": self.materialize_now(table)}
+        return {"tables": self.materialize_all()}
+
+    def open_streams(self, table: str) -> int:
+        return self.limiter.open_streams(TableName.parse(table).full_name)
+
+    def pending_positions(self, table: str) -> int:
+        """WAL records acknowledged but not yet committed to Delta."""
+        state = self.table_state(TableName.parse(table).full_name)
+        return 0 if state is None else state.pending()
+
+    @property
+    def materializer_errors(self) -> list[str]:
+        return [] if self._materializer is None else list(self._materializer.errors)
+
+    # -- Iceberg ------------------------------------------------------------------------------------
+    @property
+    def mirror(self) -> Any:
+        """The ``IcebergMirror`` (None when disabled or not installed)."""
+        return self._mirror
+
+    def iceberg_rest(self) -> IcebergRest | None:
+        return self._facade
+
+    def _mirror_hook(self) -> MirrorHook | None:
+        mirror: MirrorHook | None = self._mirror
+        return mirror
+
+    def _start_iceberg(self) -> None:
+        try:
+            from zerobus_orchestration.emulator.iceberg_mirror import IcebergMirror
+            from zerobus_orchestration.emulator.iceberg_rest import IcebergRestFacade
+        except ImportError as exc:
+            log.warning("Iceberg mirror unavailable, serving Delta only: %s", exc)
+            return
+        self._mirror = IcebergMirror(self.warehouse, self.config.iceberg_lag_s, self.storage_options)
+        self._mirror.start()
+        self._facade = IcebergRestFacade(self._mirror)
+
+    # -- replay ---------------------------------------------------------------------------------------
+    def _replay(self) -> None:
+        """Commit every WAL left by a previous run (acknowledged, maybe not yet in Delta) exactly once."""
+        for directory in sorted(p for p in self.wal_root.iterdir() if p.is_dir()):
+            full_name = table_of_wal_dir(directory.name)
+            try:
+                state = self.table_state(full_name)
+            except (ConfigError, OSError) as exc:
+                log.error("cannot reopen WAL %s: %s", directory, exc)
+                continue
+            if state is None:
+                log.error("WAL %s has no Delta table at %s: kept, not replayed", directory, self.warehouse)
+                continue
+            before = state.committed
+            state.materialize(self._mirror_hook())
+            self.replayed[full_name] = state.committed - before

@@ -1,0 +1,266 @@
+"""Per-table write-ahead log: an acknowledgement from the emulator means the batch is on disk.
+
+Layout: ``<wal root>/<percent-encoded catalog.schema.table>/<first seq, 20 digits>.wal`` segments of
+records ``magic | seq u64 | length u32 | crc32 u32 | payload``. Sequence numbers are the WAL
+*position*: dense, starting after the position the materialiser last committed to Delta (so a fully
+truncated log continues where the table left off and replay never reuses a number).
+
+Group commit: ``append`` only writes; ``wait_durable(seq)`` makes one caller the leader, which fsyncs
+once for every record written so far while the others wait on the condition. A torn tail (a crash in
+the middle of a write, never acknowledged) is cut off when the log is reopened.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+_MAGIC = b"ZBW1"
+_HEADER = struct.Struct("<4sQII")
+_SUFFIX = ".wal"
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+
+
+class WalCorruptError(RuntimeError):
+    """A sealed WAL segment failed its checksum: acknowledged data would be lost, so refuse to start."""
+
+
+def wal_dir_name(full_name: str) -> str:
+    return quote(full_name, safe="")
+
+
+def table_of_wal_dir(name: str) -> str:
+    return unquote(name)
+
+
+@dataclass(frozen=True)
+class WalEntry:
+    seq: int
+    payload: bytes
+
+
+@dataclass
+class _Segment:
+    first_seq: int
+    path: Path
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _records(data: bytes, start: int = 0) -> Iterator[tuple[WalEntry, int]]:
+    """Valid records from byte ``start`` with the offset just past each (a torn tail ends the walk)."""
+    pos = start
+    while pos + _HEADER.size <= len(data):
+        magic, seq, length, crc = _HEADER.unpack_from(data, pos)
+        end = pos + _HEADER.size + length
+        if magic != _MAGIC or end > len(data):
+            return
+        payload = data[pos + _HEADER.size : end]
+        if zlib.crc32(payload) != crc:
+            return
+        yield WalEntry(seq, payload), end
+        pos = end
+
+
+def _scan(path: Path) -> tuple[list[WalEntry], int]:
+    """Valid records of a segment and the byte length they cover."""
+    entries: list[WalEntry] = []
+    valid = 0
+    for entry, end in _records(path.read_bytes()):
+        entries.append(entry)
+        valid = end
+    return entries, valid
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        return fh.read()
+
+
+@dataclass(frozen=True)
+class _Cursor:
+    """Where the last read stopped, so the next one does not re-read the segment from its start."""
+
+    segment_first_seq: int
+    offset: int
+    seq: int
+
+
+class TableWal:
+    """The write-ahead log of one table. Thread-safe; many streams append concurrently."""
+
+    def __init__(
+        self, directory: Path, *, committed: int, segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    ) -> None:
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        directory.mkdir(parents=True, exist_ok=True)
+        self._cond = threading.Condition()
+        self._syncing = False
+        self._segments = self._recover()
+        last = self._last_seq_on_disk()
+        self._written = max(last, committed)
+        self._durable = self._written  # everything recovered is on disk already
+        self._closed = False
+        self._cursor: _Cursor | None = None
+        if not self._segments:
+            self._segments.append(self._new_segment(self._written + 1))
+        active = self._segments[-1]
+        self._fd = os.open(active.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._active_bytes = os.fstat(self._fd).st_size
+
+    # -- recovery -------------------------------------------------------------------------------
+    def _recover(self) -> list[_Segment]:
+        segments = sorted(
+            (_Segment(int(p.name[: -len(_SUFFIX)]), p) for p in self.directory.glob(f"*{_SUFFIX}")),
+            key=lambda s: s.first_seq,
+        )
+        for i, seg in enumerate(segments):
+            _, valid = _scan(seg.path)
+            size = seg.path.stat().st_size
+            if valid == size:
+                continue
+            if i != len(segments) - 1:
+                raise WalCorruptError(f"WAL segment {seg.path} is corrupt at byte {valid} of {size}")
+            with open(seg.path, "r+b") as fh:  # cut the torn, never-acknowledged tail
+                fh.truncate(valid)
+                os.fsync(fh.fileno())
+        return segments
+
+    def _last_seq_on_disk(self) -> int:
+        for seg in reversed(self._segments):
+            entries, _ = _scan(seg.path)
+            if entries:
+                return entries[-1].seq
+        return 0
+
+    def _new_segment(self, first_seq: int) -> _Segment:
+        path = self.directory / f"{first_seq:020d}{_SUFFIX}"
+        path.touch()
+        _fsync_dir(self.directory)
+        return _Segment(first_seq, path)
+
+    # -- writing --------------------------------------------------------------------------------
+    def append(self, payload: bytes) -> int:
+        """Write one record (not yet durable) and return its position."""
+        with self._cond:
+            if self._closed:
+                raise RuntimeError(f"WAL {self.directory} is closed")
+            seq = self._written + 1
+            header = _HEADER.pack(_MAGIC, seq, len(payload), zlib.crc32(payload))
+            os.write(self._fd, header + payload)
+            self._written = seq
+            self._active_bytes += _HEADER.size + len(payload)
+            return seq
+
+    def wait_durable(self, seq: int) -> None:
+        """Return once record ``seq`` is fsync'd; one fsync covers every record written meanwhile."""
+        with self._cond:
+            while self._durable < seq:
+                if self._syncing:
+                    self._cond.wait()
+                    continue
+                self._syncing = True
+                target, fd = self._written, self._fd
+                self._cond.release()
+                try:
+                    os.fsync(fd)
+                finally:
+                    self._cond.acquire()
+                    self._syncing = False
+                    self._durable = max(self._durable, target)
+                    self._cond.notify_all()
+
+    def append_durable(self, payload: bytes) -> int:
+        seq = self.append(payload)
+        self.wait_durable(seq)
+        return seq
+
+    @property
+    def durable_seq(self) -> int:
+        with self._cond:
+            return self._durable
+
+    @property
+    def written_seq(self) -> int:
+        with self._cond:
+            return self._written
+
+    # -- reading and truncation -------------------------------------------------------------------
+    def read_after(self, position: int, max_bytes: int) -> list[WalEntry]:
+        """Durable records with seq > ``position``, in order, about ``max_bytes`` at most (at least one)."""
+        limit = self.durable_seq
+        with self._cond:
+            segments = list(self._segments)
+        cursor = self._cursor  # only valid when it stopped at ``position``
+        out: list[WalEntry] = []
+        size = 0
+        for i, seg in enumerate(segments):
+            nxt = segments[i + 1].first_seq if i + 1 < len(segments) else None
+            if nxt is not None and nxt <= position + 1:
+                continue
+            resume = (
+                cursor is not None and cursor.segment_first_seq == seg.first_seq and cursor.seq == position
+            )
+            start = cursor.offset if resume and cursor is not None else 0
+            for entry, end in _records(_read_from(seg.path, start)):
+                if entry.seq <= position:
+                    continue
+                if entry.seq > limit or (out and size + len(entry.payload) > max_bytes):
+                    return out
+                out.append(entry)
+                size += len(entry.payload)
+                self._cursor = _Cursor(seg.first_seq, start + end, entry.seq)
+        return out
+
+    def release_through(self, position: int) -> None:
+        """Forget records up to ``position`` (committed to Delta): delete or roll fully-covered segments."""
+        with self._cond:
+            while self._syncing:
+                self._cond.wait()
+            if self._written <= position and self._active_bytes >= self.segment_bytes // 4:
+                os.fsync(self._fd)
+                os.close(self._fd)
+                self._segments.append(self._new_segment(self._written + 1))
+                self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                self._active_bytes = 0
+            elif self._active_bytes >= self.segment_bytes:
+                os.fsync(self._fd)
+                self._durable = self._written
+                os.close(self._fd)
+                self._segments.append(self._new_segment(self._written + 1))
+                self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                self._active_bytes = 0
+            keep: list[_Segment] = []
+            for i, seg in enumerate(self._segments):
+                is_active = i == len(self._segments) - 1
+                covered = not is_active and self._segments[i + 1].first_seq - 1 <= position
+                if covered:
+                    seg.path.unlink(missing_ok=True)
+                else:
+                    keep.append(seg)
+            self._segments = keep
+
+    def close(self) -> None:
+        with self._cond:
+            while self._syncing:
+                self._cond.wait()
+            if self._closed:
+                return
+            self._closed = True
+            os.fsync(self._fd)
+            self._durable = self._written
+            os.close(self._fd)

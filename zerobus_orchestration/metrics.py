@@ -1,0 +1,111 @@
+"""Prometheus metrics of the sink (names are part of the interface; see DESIGN.md).
+
+Everything here is updated from the ack lanes and the pool supervisor, never from ``push``: the
+ingest path only bumps plain integers. ``zerobus_ack_lane_poisoned_total`` (our stream died) and a
+growing ``zerobus_delivery_latency_seconds`` with a steady poisoned count (the service is slow) are
+deliberately separate signals; docs/runbook.md branches on them.
+
+By default all sinks in a process share one dedicated ``CollectorRegistry`` (never prometheus'
+global one), so importing this package cannot collide with an application's own metrics; tests
+pass a fresh registry each.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_STREAM_LABELS = ("table", "stream")
+_COALESCE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class SinkMetrics:
+    """The sink's metric families, registered on one ``CollectorRegistry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.ack_coalesce_ratio = Histogram(
+            "zerobus_ack_coalesce_ratio",
+            "Batches confirmed by one wait_for_offset (burst size).",
+            _STREAM_LABELS,
+            buckets=_COALESCE_BUCKETS,
+            registry=r,
+        )
+        self.pending_offsets = Gauge(
+            "zerobus_pending_offsets", "Batches submitted and not yet durable.", _STREAM_LABELS, registry=r
+        )
+        self.delivery_latency = Histogram(
+            "zerobus_delivery_latency_seconds",
+            "Time from submit to the durable acknowledgement being confirmed.",
+            _STREAM_LABELS,
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ack_lane_retries = Counter(
+            "zerobus_ack_lane_retry_total",
+            "Transient wait failures retried by an ack lane.",
+            _STREAM_LABELS,
+            registry=r,
+        )
+        self.ack_lane_poisoned = Counter(
+            "zerobus_ack_lane_poisoned_total",
+            "Ack lanes stopped by a failed stream.",
+            _STREAM_LABELS,
+            registry=r,
+        )
+        self.stream_rebuilds = Counter(
+            "zerobus_stream_rebuilds_total",
+            "Pool members re-opened after a poisoned stream.",
+            _STREAM_LABELS,
+            registry=r,
+        )
+        self.concurrency_rejects = Counter(
+            "zerobus_concurrency_rejects_total",
+            "Stream opens refused by the service.",
+            ("table",),
+            registry=r,
+        )
+        self.type_reconcile = Counter(
+            "zerobus_type_reconcile_total",
+            "Batches the write-boundary guard cast or aligned.",
+            ("table", "kind"),
+            registry=r,
+        )
+        self.rows_submitted = Counter(
+            "zerobus_rows_submitted_total", "Rows submitted.", _STREAM_LABELS, registry=r
+        )
+        self.bytes_submitted = Counter(
+            "zerobus_bytes_submitted_total", "Arrow bytes submitted.", _STREAM_LABELS, registry=r
+        )
+        self.rows_delivered = Counter(
+            "zerobus_rows_delivered_total",
+            "Rows acknowledged durable and confirmed.",
+            _STREAM_LABELS,
+            registry=r,
+        )
+        self.bytes_delivered = Counter(
+            "zerobus_bytes_delivered_total",
+            "Arrow bytes acknowledged durable and confirmed.",
+            _STREAM_LABELS,
+            registry=r,
+        )
+
+    def sample(self, name: str, labels: dict[str, str]) -> float | None:
+        """Current value of one sample (tests, health checks)."""
+        return self.registry.get_sample_value(name, labels)
+
+
+_default_lock = threading.Lock()
+_default: SinkMetrics | None = None
+
+
+def default_metrics() -> SinkMetrics:
+    """The process-wide metrics on a dedicated registry (created on first use)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = SinkMetrics()
+        return _default

@@ -1,0 +1,584 @@
+"""The process-scoped runtime: everything a Dagster asset or an Airflow task needs, behind one object.
+
+``acquire_runtime(config)`` returns the runtime of this process for that config (the documented
+per-process registry, keyed by pid and config hash, refcounted). It owns:
+
+- the transport: the official SDK against Databricks, or against the embedded emulator it starts
+  when no endpoint is configured (the embedded default);
+- one long-lived ``StreamPool`` per target table (never a stream per batch or per task);
+- the catalog (``local`` or ``unity``), called before the first write and on schema drift;
+- one coverage store per table, advanced only by the ack lanes;
+- read-back through the Iceberg REST catalog.
+
+Correctness never depends on shutdown hooks: ``write`` returns only after the last batch is durable.
+The hooks (``atexit`` plus ``multiprocessing.util.Finalize``, which also runs in forked children
+that leave through ``os._exit``) only drain streams that a caller left unflushed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import multiprocessing.util
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, TypeAlias
+
+import pyarrow as pa
+
+from zerobus_orchestration.catalog.base import DesiredTable, ReconcileOutcome, TableCatalog, TableTags
+from zerobus_orchestration.catalog.gate import CatalogGate
+from zerobus_orchestration.catalog.plan import ReconcilePlan, plan
+from zerobus_orchestration.config import CatalogBackend, Role, ZerobusConfig
+from zerobus_orchestration.contracts import ContractDescriptions
+from zerobus_orchestration.coverage import CoverageStore
+from zerobus_orchestration.metrics import SinkMetrics
+from zerobus_orchestration.preconditions import Condition, check_primary_raw
+from zerobus_orchestration.ranges import CoverageKey, OffsetRange
+from zerobus_orchestration.readback import (
+    IcebergEndpoint,
+    ReadbackReport,
+    WaitPolicy,
+    read_back,
+    verify_readback,
+)
+from zerobus_orchestration.resume import resume_slices
+from zerobus_orchestration.sink.confirmation import LaneKind
+from zerobus_orchestration.sink.health import PoolHealth
+from zerobus_orchestration.sink.pool import StreamPool
+from zerobus_orchestration.sink.sink import ZerobusSink
+from zerobus_orchestration.tables import TableName
+from zerobus_orchestration.transport.base import Transport
+
+log = logging.getLogger(__name__)
+
+ArrowData: TypeAlias = pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch]
+Descriptions: TypeAlias = Mapping[str, str] | ContractDescriptions | None
+
+DEFAULT_SINK_ID = "zerobus-orchestration"
+
+
+def source_tag(source: str, partition: str = "") -> str:
+    """The ``_twg_source`` value of a write: the source, qualified by its partition when it has one.
+
+    Rows carry no partition column, so two partitions of one source must differ in ``_twg_source``
+    for read-back to tell their row positions apart.
+    """
+    return f"{source}[{partition}]" if partition else source
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one ``write`` delivered, measured (never assumed)."""
+
+    table: str
+    source: str
+    partition: str
+    rows_written: int
+    rows_skipped: int
+    bytes_written: int
+    offset_start: int
+    offset_end: int
+    streams_used: int
+    coalesce_ratio_p50: float | None
+    delivery_latency_p50_s: float | None
+    delivery_latency_p99_s: float | None
+    delta_version: int | None
+    duration_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RuntimeHealth:
+    """Every pool's ``PoolHealth``; what Dagster metadata and Airflow task logs render."""
+
+    embedded: bool
+    endpoint: str | None
+    pools: tuple[PoolHealth, ...]
+
+    @property
+    def healthy(self) -> bool:
+        return all(pool.healthy or pool.submitted == 0 for pool in self.pools)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "embedded": self.embedded,
+            "endpoint": self.endpoint,
+            "healthy": self.healthy,
+            "pools": [pool.as_dict() for pool in self.pools],
+        }
+
+
+class ZerobusRuntime:
+    """Transport, pools, catalog, coverage and read-back for one config in one process."""
+
+    def __init__(self, config: ZerobusConfig, *, transport: Transport | None = None) -> None:
+        self.config = config
+        self.metrics = SinkMetrics()
+        self.emulator: Any = None
+        self._lock = threading.Lock()
+        self._pools: dict[tuple[str, LaneKind], StreamPool] = {}
+        self._coverage: dict[str, CoverageStore] = {}
+        self._closed = False
+        log.info("zerobus runtime starting with %s", config.effective_config())
+        try:
+            self.catalog: TableCatalog = _build_catalog(config)
+            if transport is None and config.embedded:
+                self.emulator = _start_emulator(config)
+            self.transport: Transport = transport or _build_transport(config, self.emulator)
+        except BaseException:
+            self._stop_emulator()
+            raise
+
+    @property
+    def embedded(self) -> bool:
+        return self.config.embedded
+
+    # -- catalog --------------------------------------------------------------------------------------
+
+    def desired(
+        self,
+        table: str,
+        schema: pa.Schema,
+        *,
+        role: Role | None = None,
+        descriptions: Descriptions = None,
+        tags: TableTags | None = None,
+    ) -> DesiredTable:
+        gate = self._gate(role, descriptions, tags)
+        full = DesiredTable.build(
+            table,
+            schema,
+            gate.role,
+            descriptions=gate.descriptions,
+            tags=gate.tags,
+            properties=gate.properties,
+            allow_widening=gate.allow_widening,
+            comment_policy=gate.comment_policy,
+        )
+        return full
+
+    def plan(
+        self,
+        table: str,
+        schema: pa.Schema,
+        *,
+        role: Role | None = None,
+        descriptions: Descriptions = None,
+        tags: TableTags | None = None,
+    ) -> ReconcilePlan:
+        """What ``reconcile`` would do; nothing is applied."""
+        desired = self.desired(table, schema, role=role, descriptions=descriptions, tags=tags)
+        return plan(self.catalog.describe(table), desired, allow_widening=desired.allow_widening)
+
+    def reconcile(
+        self,
+        table: str,
+        schema: pa.Schema,
+        *,
+        role: Role | None = None,
+        descriptions: Descriptions = None,
+        tags: TableTags | None = None,
+    ) -> ReconcileOutcome:
+        """Create or evolve ``table`` for ``schema``; ``PlanRefusedError`` when the plan refuses."""
+        desired = self.desired(table, schema, role=role, descriptions=descriptions, tags=tags)
+        outcome = self.catalog.reconcile(table, desired)
+        self.catalog.register_sink(table, DEFAULT_SINK_ID)
+        return outcome
+
+    def preconditions(self, table: str) -> list[Condition]:
+        """Primary-raw preconditions, re-read from the catalog on every call."""
+        return check_primary_raw(self.catalog, TableName.parse(table).full_name)
+
+    # -- writing --------------------------------------------------------------------------------------
+
+    def sink(
+        self,
+        table: str,
+        *,
+        source: str,
+        partition: str = "",
+        role: Role | None = None,
+        descriptions: Descriptions = None,
+        tags: TableTags | None = None,
+        offset_column: str | None = None,
+        ordering_key: str | None = None,
+        start_offset: int = 0,
+    ) -> ZerobusSink:
+        """A sink over this process's long-lived pool for ``table``; the caller flushes it."""
+        name = TableName.parse(table).full_name
+        gate = self._gate(role, descriptions, tags)
+        lane = LaneKind.RAW if gate.role is Role.PRIMARY_RAW else LaneKind.DERIVED
+        return ZerobusSink(
+            self._pool(name, lane),
+            source=source_tag(source, partition),
+            partition=partition,
+            sink_id=DEFAULT_SINK_ID,
+            start_offset=start_offset,
+            offset_column=offset_column,
+            ordering_key=ordering_key,
+            gate=gate,
+            lane=lane,
+        )
+
+    def covered(self, table: str, *, source: str, partition: str = "") -> tuple[OffsetRange, ...]:
+        """Row positions of (source, partition) already durably delivered into ``table``."""
+        key = CoverageKey(DEFAULT_SINK_ID, source_tag(source, partition), partition)
+        return self.coverage(table).ranges(key)
+
+    def write(
+        self,
+        table: str,
+        data: ArrowData,
+        *,
+        source: str,
+        partition: str = "",
+        role: Role | None = None,
+        descriptions: Descriptions = None,
+        tags: TableTags | None = None,
+        resume: bool = True,
+        offset_column: str | None = None,
+        ordering_key: str | None = None,
+    ) -> WriteResult:
+        """Reconcile, skip what coverage already holds, stream pipelined, return once durable."""
+        started = time.monotonic()
+        name = TableName.parse(table).full_name
+        sink = self.sink(
+            name,
+            source=source,
+            partition=partition,
+            role=role,
+            descriptions=descriptions,
+            tags=tags,
+            offset_column=offset_column,
+            ordering_key=ordering_key,
+        )
+        covered = self.covered(name, source=source, partition=partition) if resume else ()
+        skipped = 0
+        if covered:
+            counted = _RowCounter(_batches(data))
+            for piece in resume_slices(covered, counted, offset_column=offset_column, table=name):
+                sink.push(piece.batch, at=None if offset_column else piece.start_offset)
+            skipped = counted.rows - sink.finish()[0].rows
+            log.info("%s: resumed %s %r, skipped %d delivered row(s)", name, source, partition, skipped)
+        else:
+            sink.push(data)
+        sink.flush()  # the durability barrier: every confirmation has fired once this returns
+        info, span = sink.finish()
+        health = sink.health()
+        return WriteResult(
+            table=name,
+            source=source,
+            partition=partition,
+            rows_written=info.rows,
+            rows_skipped=skipped,
+            bytes_written=info.bytes,
+            offset_start=span.start,
+            offset_end=span.end,
+            streams_used=info.streams,
+            coalesce_ratio_p50=health.coalesce_ratio_p50,
+            delivery_latency_p50_s=health.delivery_latency_p50_s,
+            delivery_latency_p99_s=health.delivery_latency_p99_s,
+            delta_version=self.delta_version(name),
+            duration_s=time.monotonic() - started,
+        )
+
+    def delta_version(self, table: str) -> int | None:
+        """The Delta version that holds everything acknowledged so far (embedded), else the live one.
+
+        Embedded: the emulator commits its write-ahead log now, so the version returned contains every
+        acknowledged row. Production: Zerobus commits asynchronously (time to table, P50 <= 5 s), so
+        the version read from the catalog is a lower bound.
+        """
+        name = TableName.parse(table).full_name
+        if self.emulator is not None:
+            version = self.emulator.materialize_now(name)
+            if version is not None:
+                return int(version)
+        state = self.catalog.describe(name)
+        return None if state is None else state.version
+
+    # -- coverage and read-back -----------------------------------------------------------------------
+
+    def coverage(self, table: str) -> CoverageStore:
+        name = TableName.parse(table).full_name
+        with self._lock:
+            store = self._coverage.get(name)
+            if store is None:
+                store = CoverageStore.from_config(self.config, name)
+                self._coverage[name] = store
+            return store
+
+    def coverage_map(
+        self, table: str, *, source: str | None = None, partition: str | None = None
+    ) -> dict[CoverageKey, tuple[OffsetRange, ...]]:
+        """Coverage of ``table``, optionally narrowed to one source (and partition)."""
+        everything = self.coverage(table).all_for_table()
+        if source is None:
+            return everything
+        if partition is not None:
+            wanted = source_tag(source, partition)
+            return {key: spans for key, spans in everything.items() if key.source == wanted}
+        return {
+            key: spans
+            for key, spans in everything.items()
+            if key.source == source or key.source.startswith(f"{source}[")
+        }
+
+    def iceberg(self) -> IcebergEndpoint:
+        default_uri = None if self.emulator is None else self.emulator.iceberg_rest_uri
+        if default_uri is None and self.config.workspace_url:
+            default_uri = self.config.workspace_url.rstrip("/") + "/api/2.1/unity-catalog/iceberg-rest"
+        return IcebergEndpoint.from_config(self.config.readback, default_uri=default_uri)
+
+    def readback(
+        self,
+        table: str,
+        *,
+        source: str | None = None,
+        partition: str | None = None,
+        wait_s: float | None = None,
+        force: bool | None = None,
+    ) -> ReadbackReport:
+        """Wait for Iceberg to reflect what was delivered, then verify coverage against the scan."""
+        name = TableName.parse(table).full_name
+        cfg = self.config.readback
+        policy = WaitPolicy.from_config(cfg)
+        if wait_s is not None:
+            policy = WaitPolicy(timeout_s=wait_s, initial_s=min(policy.initial_s, wait_s), max_s=policy.max_s)
+        expected = self.delta_version(name)
+        return verify_readback(
+            self.iceberg(),
+            name,
+            self.coverage_map(name, source=source, partition=partition),
+            delta_version=expected if expected is not None else 0,
+            policy=policy,
+            force=cfg.force_metadata if force is None else force,
+        )
+
+    def readback_once(
+        self, table: str, *, source: str | None = None, partition: str | None = None
+    ) -> ReadbackReport | None:
+        """One non-blocking attempt: ``None`` while Iceberg has not caught up (sensors, triggers)."""
+        from zerobus_orchestration.errors import ReadbackTimeoutError
+
+        try:
+            return self.readback(table, source=source, partition=partition, wait_s=0.001, force=False)
+        except ReadbackTimeoutError:
+            return None
+
+    def read_back(self, table: str, *, source: str | None = None, partition: str | None = None) -> pa.Table:
+        """Rows of ``table`` (optionally one source/partition) as Arrow, through Iceberg."""
+        name = TableName.parse(table).full_name
+        endpoint = self.iceberg()
+        if source is None:
+            return endpoint.load_table(name).scan().to_arrow()
+        return read_back(name, source=source_tag(source, partition or ""), endpoint=endpoint)
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def health(self) -> RuntimeHealth:
+        """Liveness and delivery of every pool of this process, as a plain value."""
+        with self._lock:
+            pools = list(self._pools.values())
+        return RuntimeHealth(
+            embedded=self.embedded,
+            endpoint=getattr(self.transport, "endpoint", None),
+            pools=tuple(pool.health() for pool in pools),
+        )
+
+    def flush(self, timeout: float | None = None) -> None:
+        with self._lock:
+            pools = list(self._pools.values())
+        for pool in pools:
+            pool.flush(timeout)
+
+    def close(self, timeout: float | None = 60.0) -> None:
+        """Graceful drain of every pool, then the transport and the embedded emulator. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            pools = list(self._pools.values())
+            stores = list(self._coverage.values())
+        errors: list[str] = []
+        for pool in pools:
+            try:
+                pool.close(timeout)
+            except Exception as exc:  # keep draining the other pools; report every failure below
+                errors.append(f"{pool.table}: {exc}")
+        for store in stores:
+            store.close()
+        try:
+            self.transport.close()
+        finally:
+            self._stop_emulator()
+        if errors:
+            log.error("zerobus runtime closed with undelivered data: %s", "; ".join(errors))
+
+    # -- internals ------------------------------------------------------------------------------------
+
+    def _gate(self, role: Role | None, descriptions: Descriptions, tags: TableTags | None) -> CatalogGate:
+        return CatalogGate(
+            self.catalog,
+            role or self.config.role,
+            descriptions,
+            allow_widening=self.config.catalog.allow_widening,
+            comment_policy=self.config.catalog.comment_policy,
+            tags=tags,
+            metrics=self.metrics,
+        )
+
+    def _pool(self, table: str, lane: LaneKind) -> StreamPool:
+        with self._lock:
+            if self._closed:
+                from zerobus_orchestration.errors import SinkClosedError
+
+                raise SinkClosedError(f"{table}: the zerobus runtime of this process is closed")
+            pool = self._pools.get((table, lane))
+            if pool is None:
+                pool = StreamPool(
+                    self.transport,
+                    table,
+                    self.config.pool,
+                    lane=lane,
+                    recorder=self.coverage_unlocked(table),
+                    metrics=self.metrics,
+                )
+                self._pools[(table, lane)] = pool
+            return pool
+
+    def coverage_unlocked(self, table: str) -> CoverageStore:
+        store = self._coverage.get(table)
+        if store is None:
+            store = CoverageStore.from_config(self.config, table)
+            self._coverage[table] = store
+        return store
+
+    def _stop_emulator(self) -> None:
+        if self.emulator is not None:
+            emulator, self.emulator = self.emulator, None
+            emulator.stop()
+
+
+def _batches(data: ArrowData) -> Iterable[pa.RecordBatch]:
+    if isinstance(data, pa.RecordBatch):
+        return (data,)
+    if isinstance(data, pa.Table):
+        batches: list[pa.RecordBatch] = data.to_batches()
+        return batches
+    return data
+
+
+class _RowCounter:
+    """Counts the rows of a batch stream as it is consumed (how many a resumed write skipped)."""
+
+    def __init__(self, batches: Iterable[pa.RecordBatch]) -> None:
+        self._batches = batches
+        self.rows = 0
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        for batch in self._batches:
+            self.rows += batch.num_rows
+            yield batch
+
+
+def _build_catalog(config: ZerobusConfig) -> TableCatalog:
+    storage = {k: v.get_secret_value() for k, v in config.storage_options.items()}
+    if config.catalog.backend is CatalogBackend.UNITY:
+        from zerobus_orchestration.catalog.unity import UnityCatalog
+
+        return UnityCatalog.from_config(config)
+    from zerobus_orchestration.catalog.local import LocalCatalog
+
+    return LocalCatalog(_absolute(config.warehouse), storage_options=storage)
+
+
+def _start_emulator(config: ZerobusConfig) -> Any:
+    from zerobus_orchestration.emulator.server import Emulator
+
+    storage = {k: v.get_secret_value() for k, v in config.storage_options.items()} or None
+    emulator = Emulator(_absolute(config.warehouse), config.emulator, storage_options=storage)
+    emulator.start()
+    log.info("embedded Zerobus emulator at %s (warehouse %s)", emulator.endpoint, config.warehouse)
+    return emulator
+
+
+def _build_transport(config: ZerobusConfig, emulator: Any) -> Transport:
+    from zerobus_orchestration.transport.sdk import SdkTransport
+
+    if emulator is not None:
+        return SdkTransport.from_config(config, endpoint=emulator.endpoint, token_url=emulator.workspace_url)
+    return SdkTransport.from_config(config)
+
+
+def _absolute(warehouse: str) -> str:
+    return warehouse if "://" in warehouse else os.path.abspath(warehouse)
+
+
+# -- the documented per-process registry ------------------------------------------------------------
+
+_registry_lock = threading.Lock()
+_runtimes: dict[tuple[int, str], tuple[ZerobusRuntime, int]] = {}
+_hooked_pid: int | None = None
+
+
+def acquire_runtime(config: ZerobusConfig) -> ZerobusRuntime:
+    """This process's runtime for ``config``, created on first use; refcounted."""
+    key = (os.getpid(), config.config_hash())
+    with _registry_lock:
+        _install_exit_hooks()
+        entry = _runtimes.get(key)
+        if entry is None:
+            runtime = ZerobusRuntime(config)
+            _runtimes[key] = (runtime, 1)
+            return runtime
+        runtime, count = entry
+        _runtimes[key] = (runtime, count + 1)
+        return runtime
+
+
+def release_runtime(config: ZerobusConfig) -> None:
+    """Drop one reference. The runtime stays: it is meant to outlive a step, a task try or a tick."""
+    key = (os.getpid(), config.config_hash())
+    with _registry_lock:
+        entry = _runtimes.get(key)
+        if entry is not None:
+            runtime, count = entry
+            _runtimes[key] = (runtime, max(0, count - 1))
+
+
+def close_all_runtimes() -> None:
+    """Drain and close every runtime of this process. Idempotent; safe at exit."""
+    pid = os.getpid()
+    with _registry_lock:
+        mine = [key for key in _runtimes if key[0] == pid]
+        runtimes = [_runtimes.pop(key)[0] for key in mine]
+    for runtime in runtimes:
+        try:
+            runtime.close()
+        except Exception as exc:  # at exit, close every runtime rather than stop at the first
+            log.error("closing zerobus runtime: %s", exc)
+
+
+def _install_exit_hooks() -> None:
+    """Once per process, lazily: ``_bootstrap`` of a forked child clears finalizers it inherited."""
+    global _hooked_pid
+    if _hooked_pid == os.getpid():
+        return
+    atexit.register(close_all_runtimes)
+    multiprocessing.util.Finalize(None, close_all_runtimes, exitpriority=100)
+    _hooked_pid = os.getpid()
+
+
+def _forget_inherited() -> None:
+    # A forked child must not touch its parent's streams: their threads do not survive fork.
+    _runtimes.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)

@@ -1,0 +1,43 @@
+"""The sink: ack lanes, the per-table stream pool, typed confirmations and ``ZerobusSink``."""
+
+from zerobus_orchestration.sink.ack_lane import AckLane, LaneState, LaneTelemetry, LaneUnavailable
+from zerobus_orchestration.sink.confirmation import (
+    Confirmation,
+    ConfirmationLaneError,
+    DerivedCoverage,
+    LaneKind,
+    NoConfirm,
+    PendingAck,
+    RawAnchor,
+    RecordingCoverage,
+)
+from zerobus_orchestration.sink.gate import SchemaGate
+from zerobus_orchestration.sink.health import PoolHealth, StreamHealth
+from zerobus_orchestration.sink.pool import DeliveryFailedError, PoolUnavailableError, StreamPool, Submitted
+from zerobus_orchestration.sink.sink import CommitInfo, OffsetSpan, Receipt, ZerobusSink
+
+__all__ = [
+    "AckLane",
+    "CommitInfo",
+    "Confirmation",
+    "ConfirmationLaneError",
+    "DeliveryFailedError",
+    "DerivedCoverage",
+    "LaneKind",
+    "LaneState",
+    "LaneTelemetry",
+    "LaneUnavailable",
+    "NoConfirm",
+    "OffsetSpan",
+    "PendingAck",
+    "PoolHealth",
+    "PoolUnavailableError",
+    "RawAnchor",
+    "Receipt",
+    "RecordingCoverage",
+    "SchemaGate",
+    "StreamHealth",
+    "StreamPool",
+    "Submitted",
+    "ZerobusSink",
+]

@@ -1,0 +1,380 @@
+"""One ack lane per stream: the only place that waits for durability and the only one that confirms.
+
+The lane thread takes one ``PendingAck``, drains whatever else is queued without blocking, calls
+``wait_for_offset`` once for the highest offset, then fires every confirmation in offset order. One
+wait thereby acknowledges a whole burst (the coalesce ratio), which is what lets ingest run ahead of
+durability instead of paying one round trip per batch.
+
+The channel holds at most ``capacity`` batches (reserved or queued). A pusher reserves a slot before
+submitting; a full channel makes ``reserve`` wait, and that wait is the only backpressure. A burst
+received by the lane frees its slots, so pushers refill the channel while the lane waits: one wait
+per round trip confirms up to a channel's worth, and at most ``2 * capacity`` batches per stream are
+alive in the sink (queued plus in hand), whatever the input size.
+
+Failures: a transient wait failure is retried in place (nothing is re-advanced, nothing confirmed
+twice). A poisoned stream stops the lane: what the dead stream still reports durable is confirmed,
+the rest is kept for the pool, which rebuilds the stream and re-submits it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from zerobus_orchestration.errors import ErrorClass, classify
+from zerobus_orchestration.metrics import SinkMetrics
+from zerobus_orchestration.ranges import CoverageRecorder
+from zerobus_orchestration.sink.confirmation import LaneKind, PendingAck, check_lane, fire, span_of
+from zerobus_orchestration.sink.health import SampleReservoir
+from zerobus_orchestration.transport.base import Stream
+
+log = logging.getLogger(__name__)
+
+
+class LaneState(StrEnum):
+    RUNNING = "running"
+    STOPPING = "stopping"  # graceful: confirm what is queued, then exit
+    STOPPED = "stopped"
+    FAILED = "failed"  # the stream failed; unconfirmed items are kept for the pool
+
+
+class LaneUnavailable(RuntimeError):
+    """The lane no longer accepts batches (its stream failed or it was stopped); pick another member."""
+
+
+class LaneObserver(Protocol):
+    """Told when a lane stops on a failed stream (implemented by the pool)."""
+
+    def on_lane_failed(self, lane: AckLane, error: BaseException, error_class: ErrorClass) -> None: ...
+
+
+@dataclass(frozen=True)
+class LaneTelemetry:
+    """Where a lane reports: metric families with its labels, and the pool's sample reservoirs."""
+
+    metrics: SinkMetrics
+    table: str
+    stream_label: str
+    coalesce: SampleReservoir
+    latency: SampleReservoir
+
+
+class AckLane:
+    """The ack lane of one stream. Start with ``start()``; feed with ``reserve()`` + ``put()``."""
+
+    def __init__(
+        self,
+        stream: Stream,
+        *,
+        kind: LaneKind,
+        capacity: int,
+        telemetry: LaneTelemetry,
+        recorder: CoverageRecorder | None = None,
+        observer: LaneObserver | None = None,
+        transient_retries: int = 5,
+        retry_backoff_s: float = 0.05,
+        delivered: int = 0,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError("ack channel capacity must be >= 1")
+        self.stream = stream
+        self.kind = kind
+        self.capacity = capacity
+        self._telemetry = telemetry
+        self._recorder = recorder
+        self._observer = observer
+        self._transient_retries = transient_retries
+        self._retry_backoff_s = retry_backoff_s
+        self._cond = threading.Condition()
+        self._queue: deque[PendingAck] = deque()
+        self._in_hand: list[PendingAck] = []
+        self._kept: list[PendingAck] = []
+        self._slots = 0  # reserved + queued: what the channel bound applies to
+        self._unconfirmed = 0  # reserved + queued + in hand: pending for this stream
+        self._waiting_pushers = 0
+        self._state = LaneState.RUNNING
+        self._delivered = delivered  # seq high-water: every seq below it is confirmed
+        self._durable_offset = -1  # highest stream offset the lane saw acknowledged
+        self.rows_delivered = 0
+        self.bytes_delivered = 0
+        self.confirmed = 0
+        self.bursts = 0
+        self.retries = 0
+        self.confirm_errors = 0
+        self.error: BaseException | None = None
+        self.error_class: ErrorClass | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"zerobus-ack-{telemetry.table}-{telemetry.stream_label}", daemon=True
+        )
+        labels = {"table": telemetry.table, "stream": telemetry.stream_label}
+        m = telemetry.metrics
+        self._m_coalesce = m.ack_coalesce_ratio.labels(**labels)
+        self._m_pending = m.pending_offsets.labels(**labels)
+        self._m_latency = m.delivery_latency.labels(**labels)
+        self._m_retries = m.ack_lane_retries.labels(**labels)
+        self._m_poisoned = m.ack_lane_poisoned.labels(**labels)
+        self._m_rows_sub = m.rows_submitted.labels(**labels)
+        self._m_bytes_sub = m.bytes_submitted.labels(**labels)
+        self._m_rows_del = m.rows_delivered.labels(**labels)
+        self._m_bytes_del = m.bytes_delivered.labels(**labels)
+
+    # -- producer side ------------------------------------------------------------------------------
+
+    def start(self) -> AckLane:
+        self._thread.start()
+        return self
+
+    def reserve(self, timeout: float | None = None) -> bool:
+        """Claim one in-flight slot, waiting while the channel is full. False on timeout.
+
+        Raises ``LaneUnavailable`` once the lane stopped accepting (failed or stopping).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._waiting_pushers += 1
+            try:
+                while True:
+                    if self._state is not LaneState.RUNNING:
+                        raise LaneUnavailable(f"ack lane {self._telemetry.stream_label} is {self._state}")
+                    if self._slots < self.capacity:
+                        self._slots += 1
+                        self._unconfirmed += 1
+                        return True
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    self._cond.wait(remaining)
+            finally:
+                self._waiting_pushers -= 1
+
+    def release(self) -> None:
+        """Give back a reserved slot that was not used (the submit did not happen)."""
+        with self._cond:
+            self._slots -= 1
+            self._unconfirmed -= 1
+            self._cond.notify_all()
+
+    def put(self, item: PendingAck) -> None:
+        """Queue a submitted batch on a slot claimed with ``reserve``. Never blocks."""
+        check_lane(self.kind, item.confirmation)
+        with self._cond:
+            self._queue.append(item)
+            self._cond.notify_all()
+
+    def put_resubmitted(self, item: PendingAck) -> None:
+        """Queue a batch re-submitted after a rebuild, without a reservation (bounded by the old lane)."""
+        check_lane(self.kind, item.confirmation)
+        with self._cond:
+            self._slots += 1
+            self._unconfirmed += 1
+            self._queue.append(item)
+            self._cond.notify_all()
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until every queued batch is confirmed, or the lane stopped. False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._unconfirmed > 0 and self._state in (LaneState.RUNNING, LaneState.STOPPING):
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop accepting, confirm what is queued, and end the thread."""
+        with self._cond:
+            if self._state is LaneState.RUNNING:
+                self._state = LaneState.STOPPING
+            self._cond.notify_all()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def take_unconfirmed(self) -> list[PendingAck]:
+        """After a failure: every batch not confirmed, in seq order. Empties the lane."""
+        with self._cond:
+            items = self._kept + self._in_hand + list(self._queue)
+            self._kept, self._in_hand = [], []
+            self._queue.clear()
+            self._slots = 0
+            self._unconfirmed = 0
+            self._cond.notify_all()
+        return sorted(items, key=lambda item: item.seq)
+
+    # -- inspection ---------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> LaneState:
+        return self._state
+
+    @property
+    def delivered(self) -> int:
+        """Seq high-water of confirmed batches; monotonic, advanced only after a durable ack."""
+        return self._delivered
+
+    @property
+    def durable_offset(self) -> int:
+        return self._durable_offset
+
+    @property
+    def outstanding(self) -> int:
+        return self._unconfirmed
+
+    @property
+    def has_room(self) -> bool:
+        """A hint (unlocked read) that ``reserve`` would not wait right now."""
+        return self._slots < self.capacity and self._state is LaneState.RUNNING
+
+    @property
+    def backpressured(self) -> bool:
+        return self._waiting_pushers > 0
+
+    @property
+    def thread_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and self._state is LaneState.RUNNING
+
+    # -- the lane thread ----------------------------------------------------------------------------
+
+    def _next_burst(self) -> list[PendingAck] | None:
+        with self._cond:
+            while not self._queue:
+                if self._state is not LaneState.RUNNING:
+                    return None
+                self._cond.wait()
+            burst = list(self._queue)  # one received, the rest drained without blocking
+            self._queue.clear()
+            self._slots -= len(burst)  # received: the pushers may refill the channel meanwhile
+            self._in_hand = burst
+            self._cond.notify_all()
+        burst.sort(key=lambda item: item.offset)
+        return burst
+
+    def _run(self) -> None:
+        while True:
+            burst = self._next_burst()
+            if burst is None:
+                with self._cond:
+                    if self._state is LaneState.STOPPING:
+                        self._state = LaneState.STOPPED
+                    self._cond.notify_all()
+                return
+            for item in burst:
+                if not item.resubmitted:
+                    self._m_rows_sub.inc(item.rows)
+                    self._m_bytes_sub.inc(item.nbytes)
+            failure = self._wait_durable(burst[-1].offset)
+            if failure is None:
+                self._confirm(burst)
+                continue
+            self._fail(burst, *failure)
+            return
+
+    def _wait_durable(self, offset: int) -> tuple[BaseException, ErrorClass] | None:
+        attempt = 0
+        while True:
+            try:
+                self.stream.wait_for_offset(offset)
+                return None
+            except Exception as exc:
+                error_class = classify(exc)
+                if error_class is ErrorClass.TRANSIENT and attempt < self._transient_retries:
+                    attempt += 1
+                    self.retries += 1
+                    self._m_retries.inc()
+                    log.warning(
+                        "ack lane %s: transient wait failure, retry %d: %s",
+                        self._telemetry.stream_label,
+                        attempt,
+                        exc,
+                    )
+                    time.sleep(min(self._retry_backoff_s * 2 ** (attempt - 1), 1.0))
+                    continue
+                return exc, error_class
+
+    def _confirm(self, burst: list[PendingAck]) -> None:
+        now = time.monotonic()
+        for item in burst:
+            try:
+                fire(item.confirmation, self._recorder)
+            except Exception as exc:  # the data is durable; only its coverage record failed
+                self.confirm_errors += 1
+                log.error(
+                    "ack lane %s: recording %s failed: %s",
+                    self._telemetry.stream_label,
+                    item.confirmation,
+                    exc,
+                )
+                if item.future is not None and not item.future.done():
+                    item.future.set_exception(exc)
+            else:
+                if item.future is not None and not item.future.done():
+                    item.future.set_result(span_of(item.confirmation))
+            self._telemetry.latency.add(now - item.submitted_at)
+            self._m_latency.observe(now - item.submitted_at)
+            self._m_rows_del.inc(item.rows)
+            self._m_bytes_del.inc(item.nbytes)
+            self.rows_delivered += item.rows
+            self.bytes_delivered += item.nbytes
+        self._telemetry.coalesce.add(len(burst))
+        self._m_coalesce.observe(len(burst))
+        with self._cond:
+            self._delivered = max(self._delivered, burst[-1].seq + 1)
+            self._durable_offset = max(self._durable_offset, burst[-1].offset)
+            self.confirmed += len(burst)
+            self.bursts += 1
+            self._unconfirmed -= len(burst)
+            self._in_hand = []
+            self._m_pending.set(self._unconfirmed)
+            self._cond.notify_all()
+
+    def _fail(self, burst: list[PendingAck], error: BaseException, error_class: ErrorClass) -> None:
+        """Stop on a failed stream: confirm what it still reports durable, keep the rest."""
+        with self._cond:
+            self._state = LaneState.FAILED
+            burst = sorted([*burst, *self._queue], key=lambda item: item.offset)
+            self._slots -= len(self._queue)
+            self._queue.clear()
+            self._in_hand = burst
+            self._cond.notify_all()
+        salvaged: list[PendingAck] = []
+        if error_class is ErrorClass.POISON:
+            for item in burst:
+                try:
+                    self.stream.wait_for_offset(item.offset)
+                except Exception:
+                    break
+                salvaged.append(item)
+        if salvaged:
+            self._confirm(salvaged)
+        with self._cond:
+            self._kept = burst[len(salvaged) :]
+            self._in_hand = []
+            self.error, self.error_class = error, error_class
+            self._cond.notify_all()
+        self._m_poisoned.inc()
+        log.warning(
+            "ack lane %s (%s): stream failed (%s), %d confirmed from the dead stream, %d kept: %s",
+            self._telemetry.stream_label,
+            self.stream.stream_id,
+            error_class,
+            len(salvaged),
+            len(self._kept),
+            error,
+        )
+        if self._observer is not None:
+            self._observer.on_lane_failed(self, error, error_class)

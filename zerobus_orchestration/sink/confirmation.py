@@ -1,0 +1,140 @@
+"""What the ack lane does once a batch is durable, as a typed value rather than a closure.
+
+A stream belongs to one lane kind. A raw lane confirms ``RawAnchor`` ranges (row positions of the
+primary raw table); a derived lane confirms ``DerivedCoverage``. Building a ``PendingAck`` that hands
+a raw anchor to a derived-lane stream (or the reverse) fails when the value is built, before any
+batch is submitted, so the mismatch can never surface as a half-confirmed run.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import pyarrow as pa
+
+from zerobus_orchestration.ranges import CoverageKey, CoverageRecorder, OffsetRange
+
+
+class LaneKind(StrEnum):
+    RAW = "raw"
+    DERIVED = "derived"
+
+
+@dataclass(frozen=True)
+class RawAnchor:
+    """Row positions ``span`` of ``key`` in the primary raw table; recorded only after the durable ack."""
+
+    key: CoverageKey
+    span: OffsetRange
+
+
+@dataclass(frozen=True)
+class DerivedCoverage:
+    """Coverage of a derived table: ``span`` of ``key`` (the upstream write it was derived from)."""
+
+    key: CoverageKey
+    span: OffsetRange
+
+
+@dataclass(frozen=True)
+class NoConfirm:
+    """Nothing to record (e.g. a side table); only the receipt future is resolved."""
+
+
+Confirmation = RawAnchor | DerivedCoverage | NoConfirm
+
+
+class ConfirmationLaneError(TypeError):
+    """A confirmation was handed to a stream of the other lane kind."""
+
+
+def check_lane(lane: LaneKind, confirmation: Confirmation) -> None:
+    """Raise unless ``confirmation`` belongs on a ``lane`` stream."""
+    if isinstance(confirmation, RawAnchor) and lane is not LaneKind.RAW:
+        raise ConfirmationLaneError(
+            f"a RawAnchor for {confirmation.key} cannot ride a {lane} lane stream; "
+            "raw anchors are confirmed only by raw-lane streams (fix: use a raw-role sink for this table)"
+        )
+    if isinstance(confirmation, DerivedCoverage) and lane is not LaneKind.DERIVED:
+        raise ConfirmationLaneError(
+            f"a DerivedCoverage for {confirmation.key} cannot ride a {lane} lane stream "
+            "(fix: use a derived-role sink for this table)"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class PendingAck:
+    """One submitted batch waiting for its durable acknowledgement.
+
+    ``seq`` numbers batches per pool member for the life of the process (a rebuild re-submits with
+    a new stream ``offset`` but the same ``seq``), which is what ``submitted``/``delivered`` count.
+    ``batch`` is kept only so a poisoned stream's unacknowledged batches can be re-submitted.
+    """
+
+    lane: LaneKind
+    seq: int
+    offset: int
+    confirmation: Confirmation
+    submitted_at: float
+    batch: pa.RecordBatch
+    future: Future[OffsetRange | None] | None = None
+    resubmitted: bool = False
+
+    def __post_init__(self) -> None:
+        check_lane(self.lane, self.confirmation)
+
+    @property
+    def rows(self) -> int:
+        return int(self.batch.num_rows)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.batch.nbytes)
+
+    def moved_to(self, offset: int) -> PendingAck:
+        """The same pending batch after re-submission on a rebuilt stream at ``offset``."""
+        return PendingAck(
+            self.lane, self.seq, offset, self.confirmation, self.submitted_at, self.batch, self.future, True
+        )
+
+
+def span_of(confirmation: Confirmation) -> OffsetRange | None:
+    if isinstance(confirmation, RawAnchor | DerivedCoverage):
+        return confirmation.span
+    return None
+
+
+def fire(confirmation: Confirmation, recorder: CoverageRecorder | None) -> None:
+    """Record ``confirmation``. Called only by an ack lane, only after the durable acknowledgement."""
+    if recorder is None or isinstance(confirmation, NoConfirm):
+        return
+    recorder.record(confirmation.key, confirmation.span)
+
+
+@dataclass
+class RecordingCoverage:
+    """A ``CoverageRecorder`` that keeps every recorded range in memory (demo, tests)."""
+
+    records: list[tuple[CoverageKey, OffsetRange]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(self, key: CoverageKey, span: OffsetRange) -> None:
+        with self._lock:
+            self.records.append((key, span))
+
+    def covered(self, key: CoverageKey | None = None) -> int:
+        """Rows recorded for ``key`` (all keys when None), counting overlaps once."""
+        with self._lock:
+            pairs = sorted((k, s) for k, s in self.records if key is None or k == key)
+        total, reach, current = 0, -1, None
+        for pair_key, span in pairs:
+            if pair_key != current:
+                current, reach = pair_key, -1
+            start = max(span.start, reach)
+            if span.end > start:
+                total += span.end - start
+                reach = span.end
+        return total

@@ -1,0 +1,84 @@
+"""A plain snapshot of pool liveness and delivery, rendered by Dagster metadata and Airflow logs alike.
+
+Percentiles come from a bounded in-memory reservoir filled by the ack lanes, so taking a snapshot
+costs nothing on the ingest path and memory does not grow with the run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+class SampleReservoir:
+    """The last ``size`` samples, thread-safe; enough for p50/p99 of a live pool."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._samples: deque[float] = deque(maxlen=size)
+        self._lock = threading.Lock()
+
+    def add(self, value: float) -> None:
+        with self._lock:
+            self._samples.append(value)
+
+    def percentile(self, q: float) -> float | None:
+        """Nearest-rank percentile, ``q`` in [0, 100]; None before the first sample."""
+        with self._lock:
+            ordered = sorted(self._samples)
+        if not ordered:
+            return None
+        rank = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
+        return ordered[rank]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._samples)
+
+
+@dataclass(frozen=True)
+class StreamHealth:
+    index: int
+    stream_id: str | None
+    alive: bool
+    rebuilding: bool
+    failed: bool
+    pending: int
+    backpressured: bool
+    submitted: int
+    delivered: int
+    rebuilds: int
+
+
+@dataclass(frozen=True)
+class PoolHealth:
+    table: str
+    lane: str
+    size: int
+    alive: int
+    rebuilding: int
+    submitted: int
+    delivered: int
+    pending: int
+    failed_batches: int
+    rows_delivered: int
+    rebuilds: int
+    concurrency_rejects: int
+    ack_retries: int
+    poisoned: int
+    coalesce_ratio_p50: float | None
+    delivery_latency_p50_s: float | None
+    delivery_latency_p99_s: float | None
+    closed: bool
+    streams: tuple[StreamHealth, ...]
+
+    @property
+    def healthy(self) -> bool:
+        return self.alive > 0 and self.failed_batches == 0
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["streams"] = [asdict(s) for s in self.streams]
+        data["healthy"] = self.healthy
+        return data

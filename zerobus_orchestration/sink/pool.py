@@ -1,0 +1,595 @@
+"""A small fixed pool of long-lived streams per target table, each with its own ack lane.
+
+Size: ``max(min_streams, ceil(peak_MB_s / per_stream_mb_ceiling))``, logged at open. Members are
+opened lazily at the first write and kept for the life of the process (or until ``close``).
+
+Every open happens on the pool's supervisor thread, never on the ingest path: pushers only select a
+healthy member, reserve an in-flight slot on its lane and submit. The supervisor also rebuilds
+poisoned members (within ``rebuild_budget_s``; the other members keep serving) and retries refused
+opens with exponential backoff and jitter shared by the whole pool, so repeated concurrency rejects
+can never turn into a reopen storm.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import zlib
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import pyarrow as pa
+
+from zerobus_orchestration.config import PoolConfig
+from zerobus_orchestration.errors import ErrorClass, SinkClosedError, ZerobusOrchestrationError, classify
+from zerobus_orchestration.metrics import SinkMetrics, default_metrics
+from zerobus_orchestration.ranges import CoverageRecorder, OffsetRange
+from zerobus_orchestration.sink.ack_lane import AckLane, LaneState, LaneTelemetry, LaneUnavailable
+from zerobus_orchestration.sink.confirmation import Confirmation, LaneKind, PendingAck, check_lane
+from zerobus_orchestration.sink.health import PoolHealth, SampleReservoir, StreamHealth
+from zerobus_orchestration.transport.base import Stream, Transport
+
+log = logging.getLogger(__name__)
+
+
+class PoolUnavailableError(ZerobusOrchestrationError, RuntimeError):
+    """No healthy stream became available within ``healthy_member_wait_s``."""
+
+
+class DeliveryFailedError(ZerobusOrchestrationError, RuntimeError):
+    """Some batches could not be delivered (their stream failed beyond repair); coverage excludes them."""
+
+
+class MemberState(StrEnum):
+    OPENING = "opening"
+    HEALTHY = "healthy"
+    REBUILDING = "rebuilding"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """Where a batch went: pool member, member-lifetime sequence number, and stream offset."""
+
+    member: int
+    seq: int
+    offset: int
+
+
+@dataclass
+class _Member:
+    index: int
+    state: MemberState = MemberState.OPENING
+    stream: Stream | None = None
+    lane: AckLane | None = None
+    next_seq: int = 0
+    delivered_base: int = 0
+    rows_delivered_base: int = 0
+    rebuilds: int = 0
+    retries_base: int = 0
+    failed_batches: int = 0
+    rebuild_started: float | None = None
+    fatal: BaseException | None = None
+    counts_as_rebuild: bool = False
+    resubmit: list[PendingAck] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def delivered(self) -> int:
+        return self.lane.delivered if self.lane is not None else self.delivered_base
+
+    @property
+    def rows_delivered(self) -> int:
+        lane_rows = self.lane.rows_delivered if self.lane is not None else 0
+        return self.rows_delivered_base + lane_rows
+
+
+def _serving(member: _Member) -> bool:
+    """Healthy and its lane still accepts (a lane that just failed is not yet marked rebuilding)."""
+    lane = member.lane
+    return member.state is MemberState.HEALTHY and lane is not None and lane.state is LaneState.RUNNING
+
+
+def stable_index(key: str, size: int) -> int:
+    """A process-independent hash of an ordering key to a member index (``hash()`` is salted)."""
+    return zlib.crc32(key.encode("utf-8")) % size
+
+
+class StreamPool:
+    """Streams for one table. Thread-safe; one pool per (transport, table) for the life of the process."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        table: str,
+        config: PoolConfig | None = None,
+        *,
+        lane: LaneKind = LaneKind.RAW,
+        recorder: CoverageRecorder | None = None,
+        metrics: SinkMetrics | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.transport = transport
+        self.table = table
+        self.config = config or PoolConfig()
+        self.lane_kind = lane
+        self.recorder = recorder
+        self.metrics = metrics or default_metrics()
+        self.size = self.config.streams_for_table()
+        self._rng = random.Random(seed)
+        self._cond = threading.Condition()
+        self._open_lock = threading.Lock()
+        self._members = [_Member(i) for i in range(self.size)]
+        self._schema: pa.Schema | None = None
+        self._supervisor: threading.Thread | None = None
+        self._closing = False
+        self._closed = False
+        self._rr = 0
+        self._consecutive_rejects = 0
+        self._open_not_before = 0.0
+        self.concurrency_rejects = 0
+        self.open_attempts = 0
+        self.lane_failures = 0
+        self._coalesce = SampleReservoir()
+        self._latency = SampleReservoir()
+        self._m_rejects = self.metrics.concurrency_rejects.labels(table=table)
+
+    # -- opening ------------------------------------------------------------------------------------
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def opened(self) -> bool:
+        return self._schema is not None
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        return self._schema
+
+    def ensure_open(self, schema: pa.Schema) -> None:
+        """Open the pool at the first write; on a new schema, drain and re-open every member with it."""
+        with self._open_lock:
+            if self._closing:
+                raise SinkClosedError(f"{self.table}: the stream pool is closed")
+            if self._schema is not None and self._schema.equals(schema):
+                return
+            if self._schema is None:
+                self._schema = schema
+                log.info(
+                    "%s: opening %d stream(s) (min_streams=%d, peak_mb_s=%s, per_stream_mb_ceiling=%s), "
+                    "lane=%s",
+                    self.table,
+                    self.size,
+                    self.config.min_streams,
+                    self.config.peak_mb_s,
+                    self.config.per_stream_mb_ceiling,
+                    self.lane_kind,
+                )
+                self._supervisor = threading.Thread(
+                    target=self._supervise, name=f"zerobus-pool-{self.table}", daemon=True
+                )
+                self._supervisor.start()
+                self._await_first_open()
+                return
+            log.info("%s: schema changed; draining and re-opening %d stream(s)", self.table, self.size)
+            self.flush()
+            self._schema = schema
+            for member in self._members:
+                with member.lock:
+                    if member.state is MemberState.HEALTHY:
+                        member.state = MemberState.REBUILDING
+                        member.rebuild_started = time.monotonic()
+                        member.counts_as_rebuild = False
+            self._notify()
+
+    def _await_first_open(self) -> None:
+        """Let the supervisor open every member before the first batch, so the pool starts balanced.
+
+        Stops waiting at the first refusal once one member is healthy (the rest open in the background,
+        after their backoff), and at ``healthy_member_wait_s`` in any case.
+        """
+        deadline = time.monotonic() + self.config.healthy_member_wait_s
+        with self._cond:
+            while any(m.state is MemberState.OPENING for m in self._members):
+                if self._consecutive_rejects and self._healthy_count():
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._cond.wait(remaining)
+
+    # -- the ingest path ----------------------------------------------------------------------------
+
+    def submit(
+        self,
+        batch: pa.RecordBatch,
+        confirmation: Confirmation,
+        *,
+        key: str | None = None,
+        future: Future[OffsetRange | None] | None = None,
+    ) -> Submitted:
+        """Submit ``batch`` on a healthy member without waiting for durability.
+
+        Waits only while that member's ack channel is full (backpressure) or, bounded by
+        ``healthy_member_wait_s``, while no member is healthy.
+        """
+        check_lane(self.lane_kind, confirmation)
+        if self._schema is None:
+            raise RuntimeError(f"{self.table}: ensure_open(schema) must run before the first submit")
+        deadline = time.monotonic() + self.config.healthy_member_wait_s
+        while True:
+            member = self._select(key, deadline)
+            if key is None:
+                member = self._with_room(member)
+            lane = member.lane
+            if lane is None:
+                continue
+            try:
+                lane.reserve()
+            except LaneUnavailable:
+                continue
+            with member.lock:
+                stream = member.stream
+                if member.state is not MemberState.HEALTHY or member.lane is not lane or stream is None:
+                    lane.release()
+                    continue
+                submitted_at = time.monotonic()
+                try:
+                    offset = stream.submit(batch)
+                except Exception as exc:
+                    lane.release()
+                    if classify(exc) is ErrorClass.POISON:
+                        self._start_rebuild_locked(member, exc)
+                        self._notify()
+                        continue
+                    raise
+                seq = member.next_seq
+                member.next_seq += 1
+                lane.put(PendingAck(self.lane_kind, seq, offset, confirmation, submitted_at, batch, future))
+                return Submitted(member.index, seq, offset)
+
+    def _with_room(self, chosen: _Member) -> _Member:
+        """Round-robin skips a member whose channel is full while another has room.
+
+        Without this, one slow or full stream would hold every pusher (head-of-line blocking) while
+        the other members' lanes sit idle. If every channel is full, the pusher waits on ``chosen``.
+        """
+        for step in range(self.size):
+            candidate = self._members[(chosen.index + step) % self.size]
+            lane = candidate.lane
+            if _serving(candidate) and lane is not None and lane.has_room:
+                return candidate
+        return chosen
+
+    def _select(self, key: str | None, deadline: float) -> _Member:
+        with self._cond:
+            while True:
+                if self._closing:
+                    raise SinkClosedError(f"{self.table}: the stream pool is closed")
+                if key is not None:
+                    member = self._members[stable_index(key, self.size)]
+                    if _serving(member):
+                        return member
+                    if member.state is MemberState.FAILED:
+                        raise PoolUnavailableError(
+                            f"{self.table}: stream {member.index} for ordering key {key!r} failed: "
+                            f"{member.fatal}"
+                        )
+                else:
+                    for step in range(self.size):
+                        candidate = self._members[(self._rr + step) % self.size]
+                        if _serving(candidate):
+                            self._rr = (candidate.index + 1) % self.size
+                            return candidate
+                    if all(m.state is MemberState.FAILED for m in self._members):
+                        raise PoolUnavailableError(f"{self.table}: every stream failed beyond repair")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    states = ", ".join(f"{m.index}:{m.state}" for m in self._members)
+                    raise PoolUnavailableError(
+                        f"{self.table}: no healthy stream within {self.config.healthy_member_wait_s}s "
+                        f"({states}); raise pool.healthy_member_wait_s or check the service"
+                    )
+                self._cond.wait(remaining)
+
+    # -- failures (called from lane threads) --------------------------------------------------------
+
+    def on_lane_failed(self, lane: AckLane, error: BaseException, error_class: ErrorClass) -> None:
+        with self._cond:
+            self.lane_failures += 1
+        for member in self._members:
+            with member.lock:
+                if member.lane is lane and member.state is MemberState.HEALTHY:
+                    if error_class in (ErrorClass.FATAL, ErrorClass.SCHEMA_REJECTED):
+                        member.fatal = error
+                    self._start_rebuild_locked(member, error)
+        self._notify()
+
+    def _start_rebuild_locked(self, member: _Member, error: BaseException) -> None:
+        if member.state is not MemberState.HEALTHY:
+            return
+        log.warning(
+            "%s: stream %d (%s) failed; rebuilding: %s",
+            self.table,
+            member.index,
+            member.stream.stream_id if member.stream else "?",
+            error,
+        )
+        member.state = MemberState.REBUILDING
+        member.rebuild_started = time.monotonic()
+        member.counts_as_rebuild = True
+
+    # -- supervisor ---------------------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _supervise(self) -> None:
+        while True:
+            with self._cond:
+                if self._closed:
+                    return
+                due = [
+                    m
+                    for m in self._members
+                    if m.state is MemberState.REBUILDING
+                    or (m.state is MemberState.OPENING and not self._closing)
+                ]
+                now = time.monotonic()
+                if not due or now < self._open_not_before:
+                    timeout = None if not due else self._open_not_before - now
+                    self._cond.wait(timeout if timeout is None else max(timeout, 0.001))
+                    continue
+            for member in due:
+                self._repair(member)
+                if time.monotonic() < self._open_not_before:
+                    break  # a reject: every pending open waits out the same backoff
+
+    def _retire(self, member: _Member) -> bool:
+        """Stop a rebuilding member's old lane and collect what it did not confirm."""
+        lane, stream = member.lane, member.stream
+        if lane is None:
+            return True
+        lane.stop(timeout=self.config.rebuild_budget_s)
+        if lane.thread_alive:
+            return False  # still waiting on the old stream; try again on the next pass
+        kept = lane.take_unconfirmed()
+        with member.lock:
+            member.delivered_base = lane.delivered
+            member.rows_delivered_base += lane.rows_delivered
+            member.retries_base += lane.retries
+            member.resubmit = sorted([*member.resubmit, *kept], key=lambda item: item.seq)
+            member.lane = None
+            member.stream = None
+        if stream is not None:
+            try:
+                stream.close()
+            except Exception as exc:  # a dead stream may refuse to close; its batches were collected
+                log.info("%s: closing failed stream %s: %s", self.table, stream.stream_id, exc)
+        return True
+
+    def _repair(self, member: _Member) -> None:
+        if member.state is MemberState.REBUILDING and not self._retire(member):
+            return
+        if member.fatal is not None:
+            self._fail_member(member, member.fatal)
+            return
+        started = member.rebuild_started
+        if started is not None and time.monotonic() - started > self.config.rebuild_budget_s:
+            self._fail_member(
+                member,
+                PoolUnavailableError(
+                    f"{self.table}: stream {member.index} not rebuilt within rebuild_budget_s="
+                    f"{self.config.rebuild_budget_s}"
+                ),
+            )
+            return
+        schema = self._schema
+        assert schema is not None
+        self.open_attempts += 1
+        try:
+            stream = self.transport.open_stream(self.table, schema)
+        except Exception as exc:
+            error_class = classify(exc)
+            if error_class in (ErrorClass.FATAL, ErrorClass.SCHEMA_REJECTED):
+                self._fail_member(member, exc)
+                return
+            self._back_off(member, exc, error_class)
+            return
+        self._consecutive_rejects = 0
+        self._attach(member, stream)
+
+    def _back_off(self, member: _Member, exc: BaseException, error_class: ErrorClass) -> None:
+        if error_class is ErrorClass.CONCURRENCY_REJECT:
+            self.concurrency_rejects += 1
+            self._m_rejects.inc()
+        self._consecutive_rejects += 1
+        cfg = self.config
+        ceiling = min(
+            cfg.open_backoff_max_s, cfg.open_backoff_initial_s * 2 ** (self._consecutive_rejects - 1)
+        )
+        delay = ceiling * (0.5 + 0.5 * self._rng.random())  # jitter: never in lock-step with other pools
+        self._open_not_before = time.monotonic() + delay
+        log.warning(
+            "%s: opening stream %d refused (%s), retry in %.2fs; %d healthy member(s) keep sending: %s",
+            self.table,
+            member.index,
+            error_class,
+            delay,
+            self._healthy_count(),
+            exc,
+        )
+
+    def _attach(self, member: _Member, stream: Stream) -> None:
+        telemetry = LaneTelemetry(self.metrics, self.table, str(member.index), self._coalesce, self._latency)
+        lane = AckLane(
+            stream,
+            kind=self.lane_kind,
+            capacity=self.config.ack_channel_capacity,
+            telemetry=telemetry,
+            recorder=self.recorder,
+            observer=self,
+            transient_retries=self.config.transient_retries,
+            delivered=member.delivered_base,
+        ).start()
+        with member.lock:
+            rebuilt = member.state is MemberState.REBUILDING and member.counts_as_rebuild
+            pending, member.resubmit = member.resubmit, []
+            member.stream, member.lane = stream, lane
+            for index, item in enumerate(pending):
+                try:
+                    offset = stream.submit(item.batch)
+                except Exception as exc:
+                    member.resubmit = pending[index:]
+                    member.state = MemberState.REBUILDING
+                    log.warning(
+                        "%s: re-submitting on new stream %d failed: %s", self.table, member.index, exc
+                    )
+                    return
+                lane.put_resubmitted(item.moved_to(offset))
+            member.state = MemberState.HEALTHY
+            member.rebuild_started = None
+            if rebuilt:
+                member.rebuilds += 1
+                self.metrics.stream_rebuilds.labels(table=self.table, stream=str(member.index)).inc()
+        log.info(
+            "%s: stream %d open (%s)%s",
+            self.table,
+            member.index,
+            stream.stream_id,
+            f", {len(pending)} unacknowledged batch(es) re-submitted" if pending else "",
+        )
+        self._notify()
+
+    def _fail_member(self, member: _Member, error: BaseException) -> None:
+        with member.lock:
+            pending, member.resubmit = member.resubmit, []
+            member.state = MemberState.FAILED
+            member.fatal = error
+            member.failed_batches += len(pending)
+        for item in pending:
+            if item.future is not None and not item.future.done():
+                item.future.set_exception(error)
+        log.error(
+            "%s: stream %d failed beyond repair, %d batch(es) not delivered: %s",
+            self.table,
+            member.index,
+            len(pending),
+            error,
+        )
+        self._notify()
+
+    def _healthy_count(self) -> int:
+        return sum(1 for m in self._members if m.state is MemberState.HEALTHY)
+
+    # -- draining -----------------------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every submitted batch is durable and confirmed (through rebuilds).
+
+        Raises ``DeliveryFailedError`` if a member failed beyond repair with batches undelivered.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for member in self._members:
+            while True:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"{self.table}: flush did not finish within {timeout}s")
+                state, lane = member.state, member.lane
+                if state in (MemberState.FAILED, MemberState.CLOSED):
+                    break
+                if state is MemberState.OPENING and not member.resubmit:
+                    break
+                if state is MemberState.HEALTHY and lane is not None:
+                    lane.wait_idle(remaining)
+                    if member.lane is lane and lane.outstanding == 0 and member.state is MemberState.HEALTHY:
+                        break
+                    continue
+                with self._cond:
+                    self._cond.wait(0.05 if remaining is None else min(remaining, 0.05))
+        failed = sum(m.failed_batches for m in self._members)
+        if failed:
+            errors = "; ".join(f"stream {m.index}: {m.fatal}" for m in self._members if m.failed_batches)
+            raise DeliveryFailedError(f"{self.table}: {failed} batch(es) were not delivered ({errors})")
+
+    def close(self, timeout: float | None = None) -> None:
+        """Graceful drain: stop accepting, confirm everything outstanding, then close every stream."""
+        with self._open_lock:
+            if self._closed:
+                return
+            self._closing = True
+        self._notify()
+        try:
+            if self._schema is not None:
+                self.flush(timeout)
+        finally:
+            with self._cond:
+                self._closed = True
+                self._cond.notify_all()
+            if self._supervisor is not None:
+                self._supervisor.join(timeout=5)
+            for member in self._members:
+                with member.lock:
+                    lane, stream = member.lane, member.stream
+                    if member.state is not MemberState.FAILED:
+                        member.state = MemberState.CLOSED
+                if lane is not None:
+                    lane.stop(timeout=5)
+                if stream is not None:
+                    try:
+                        stream.close()
+                    except Exception as exc:
+                        log.warning("%s: closing stream %s: %s", self.table, stream.stream_id, exc)
+            log.info("%s: stream pool closed", self.table)
+
+    # -- health -------------------------------------------------------------------------------------
+
+    def health(self) -> PoolHealth:
+        streams = []
+        for m in self._members:
+            lane = m.lane
+            submitted = m.next_seq
+            delivered = m.delivered
+            streams.append(
+                StreamHealth(
+                    index=m.index,
+                    stream_id=m.stream.stream_id if m.stream is not None else None,
+                    alive=m.state is MemberState.HEALTHY and lane is not None and lane.alive,
+                    rebuilding=m.state is MemberState.REBUILDING,
+                    failed=m.state is MemberState.FAILED,
+                    pending=submitted - delivered,
+                    backpressured=lane.backpressured if lane is not None else False,
+                    submitted=submitted,
+                    delivered=delivered,
+                    rebuilds=m.rebuilds,
+                )
+            )
+        retries = sum(m.retries_base + (m.lane.retries if m.lane is not None else 0) for m in self._members)
+        return PoolHealth(
+            table=self.table,
+            lane=str(self.lane_kind),
+            size=self.size,
+            alive=sum(1 for s in streams if s.alive),
+            rebuilding=sum(1 for s in streams if s.rebuilding),
+            submitted=sum(s.submitted for s in streams),
+            delivered=sum(s.delivered for s in streams),
+            pending=sum(s.pending for s in streams),
+            failed_batches=sum(m.failed_batches for m in self._members),
+            rows_delivered=sum(m.rows_delivered for m in self._members),
+            rebuilds=sum(m.rebuilds for m in self._members),
+            concurrency_rejects=self.concurrency_rejects,
+            ack_retries=retries,
+            poisoned=self.lane_failures,
+            coalesce_ratio_p50=self._coalesce.percentile(50),
+            delivery_latency_p50_s=self._latency.percentile(50),
+            delivery_latency_p99_s=self._latency.percentile(99),
+            closed=self._closed,
+            streams=tuple(streams),
+        )

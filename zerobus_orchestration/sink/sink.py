@@ -1,0 +1,370 @@
+"""``ZerobusSink``: stamp, guard and submit Arrow data without ever waiting for durability inline.
+
+``push`` (fire-and-forget) and ``send`` (returns receipts whose futures only the ack lane resolves)
+stamp the reserved columns, pass the catalog gate, and submit through the table's stream pool.
+``finish`` reports what was *submitted* (never what is durable); ``flush`` drains to durable, for
+shutdown and checkpoints. Durable coverage is recorded by the ack lanes alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from array import array
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TypeAlias
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from zerobus_orchestration.config import PoolConfig
+from zerobus_orchestration.errors import SinkClosedError
+from zerobus_orchestration.metrics import SinkMetrics
+from zerobus_orchestration.ranges import CoverageKey, CoverageRecorder, OffsetRange
+from zerobus_orchestration.reserved import RESERVED_FIELDS, RESERVED_NAMES
+from zerobus_orchestration.sink.confirmation import (
+    Confirmation,
+    ConfirmationLaneError,
+    DerivedCoverage,
+    LaneKind,
+    NoConfirm,
+    RawAnchor,
+)
+from zerobus_orchestration.sink.gate import SchemaGate
+from zerobus_orchestration.sink.health import PoolHealth
+from zerobus_orchestration.sink.pool import StreamPool
+from zerobus_orchestration.transport.base import Transport
+
+ArrowInput: TypeAlias = pa.RecordBatch | pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch]
+OffsetSpan = OffsetRange
+"""Half-open row-position span ``[start, end)`` within (source, partition)."""
+
+_EMIT_TS_TYPE = RESERVED_FIELDS[0].type
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """What this sink submitted (not what is durable: see ``flush`` and the receipts)."""
+
+    table: str
+    sink_id: str
+    source: str
+    partition: str
+    batches: int
+    rows: int
+    bytes: int
+    streams: int
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """One submitted batch. ``future`` resolves (to ``span``) only after its durable acknowledgement."""
+
+    key: CoverageKey
+    span: OffsetRange
+    member: int
+    offset: int
+    future: Future[OffsetRange | None]
+
+    def durable(self, timeout: float | None = None) -> OffsetRange | None:
+        """Block until the ack lane confirmed this batch; raises if it could not be delivered."""
+        return self.future.result(timeout)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    batch: pa.RecordBatch
+    span: OffsetRange
+
+
+class ZerobusSink:
+    """Write Arrow data for one (source, partition) into one table. Thread-safe for concurrent pushers.
+
+    ``pool``: the table's ``StreamPool`` (see ``ZerobusSink.open`` for the registry-backed form).
+    ``source`` / ``partition``: stamped into ``_twg_source`` and the coverage key.
+    ``start_offset``: row position of the first row (``_twg_offset``), unless ``offset_column`` names a
+    column that already holds contiguous row positions. ``ordering_key``: pin every batch of this
+    sink to one stream so its order is kept. ``gate``: the catalog's schema gate.
+    ``lane``: the confirmation kind this sink produces; must match the pool's lane.
+    ``confirm``: False sends ``NoConfirm`` (nothing recorded, receipts still resolve).
+    """
+
+    def __init__(
+        self,
+        pool: StreamPool,
+        *,
+        source: str,
+        partition: str = "",
+        sink_id: str | None = None,
+        start_offset: int = 0,
+        offset_column: str | None = None,
+        ordering_key: str | None = None,
+        gate: SchemaGate | None = None,
+        lane: LaneKind | None = None,
+        confirm: bool = True,
+        max_batch_rows: int | None = None,
+        owns_pool: bool = False,
+    ) -> None:
+        if not source:
+            raise ValueError(
+                f"{pool.table}: a sink needs a non-empty source (asset key, dag_id/task_id, ...)"
+            )
+        if start_offset < 0:
+            raise ValueError(f"{pool.table}: start_offset must be >= 0, got {start_offset}")
+        if max_batch_rows is not None and max_batch_rows < 1:
+            raise ValueError(f"{pool.table}: max_batch_rows must be >= 1")
+        self.lane = lane if lane is not None else pool.lane_kind
+        if self.lane is not pool.lane_kind:
+            raise ConfirmationLaneError(
+                f"{pool.table}: a {self.lane}-lane sink cannot write through a "
+                f"{pool.lane_kind}-lane stream pool "
+                f"(fix: build the pool with lane=LaneKind.{self.lane.name})"
+            )
+        self.pool = pool
+        self.table = pool.table
+        self.source = source
+        self.partition = partition
+        self.sink_id = sink_id or pool.table
+        self.key = CoverageKey(self.sink_id, source, partition)
+        self.start_offset = start_offset
+        self.offset_column = offset_column
+        self.ordering_key = ordering_key
+        self.gate = gate
+        self.confirm = confirm
+        self.max_batch_rows = max_batch_rows
+        self._owns_pool = owns_pool
+        self._lock = threading.Lock()
+        self._next_offset = start_offset
+        self._last_schema: pa.Schema | None = None
+        self._target: pa.Schema | None = None
+        self._batches = 0
+        self._rows = 0
+        self._bytes = 0
+        self._closed = False
+        self._source_scalar = pa.scalar(source, pa.string())
+        self._stamped_from: pa.Schema | None = None
+        self._stamped_schema: pa.Schema | None = None
+
+    @classmethod
+    def open(
+        cls,
+        transport: Transport,
+        table: str,
+        *,
+        source: str,
+        config: PoolConfig | None = None,
+        recorder: CoverageRecorder | None = None,
+        metrics: SinkMetrics | None = None,
+        lane: LaneKind = LaneKind.RAW,
+        **options: object,
+    ) -> ZerobusSink:
+        """A sink over the process-wide pool for ``table`` (``sink.registry``), kept after ``close``."""
+        from zerobus_orchestration.sink.registry import pool_for
+
+        pool = pool_for(transport, table, config, lane=lane, recorder=recorder, metrics=metrics)
+        return cls(pool, source=source, lane=lane, **options)  # type: ignore[arg-type]
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    def push(self, data: ArrowInput, *, key: str | None = None, at: int | None = None) -> None:
+        """Fire-and-forget: stamp, guard and submit every batch; never waits for durability.
+
+        ``at``: row position of the first row (resume after a gap); later rows continue from it.
+        """
+        for batch, position in self._positioned(data, at):
+            prepared = self._prepare(batch, position)
+            if prepared is not None:
+                self.pool.submit(
+                    prepared.batch, self._confirmation(prepared.span), key=key or self.ordering_key
+                )
+
+    def send(self, data: ArrowInput, *, key: str | None = None, at: int | None = None) -> list[Receipt]:
+        """Like ``push``, returning one ``Receipt`` per submitted batch."""
+        receipts = []
+        for batch, position in self._positioned(data, at):
+            prepared = self._prepare(batch, position)
+            if prepared is None:
+                continue
+            future: Future[OffsetRange | None] = Future()
+            where = self.pool.submit(
+                prepared.batch, self._confirmation(prepared.span), key=key or self.ordering_key, future=future
+            )
+            receipts.append(Receipt(self.key, prepared.span, where.member, where.offset, future))
+        return receipts
+
+    def _positioned(self, data: ArrowInput, at: int | None) -> Iterator[tuple[pa.RecordBatch, int | None]]:
+        if at is not None and (at < 0 or self.offset_column is not None):
+            raise ValueError(
+                f"{self.table}: at={at} needs a non-negative position and no offset_column "
+                f"(offset_column={self.offset_column!r} already gives every row its position)"
+            )
+        for batch in self._batches_of(data):
+            yield batch, at
+            if at is not None:
+                at += batch.num_rows
+
+    def finish(self) -> tuple[CommitInfo, OffsetSpan]:
+        """What was submitted, and the submitted high-water span. Does not wait for durability."""
+        with self._lock:
+            info = CommitInfo(
+                self.table,
+                self.sink_id,
+                self.source,
+                self.partition,
+                self._batches,
+                self._rows,
+                self._bytes,
+                self.pool.size,
+            )
+            return info, OffsetRange(self.start_offset, max(self.start_offset, self._next_offset))
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until everything submitted is durable and confirmed (shutdown, checkpoints)."""
+        self.pool.flush(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop accepting and drain to durable; closes the pool too if this sink owns it."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._owns_pool:
+            self.pool.close(timeout)
+        else:
+            self.pool.flush(timeout)
+
+    def health(self) -> PoolHealth:
+        return self.pool.health()
+
+    def __enter__(self) -> ZerobusSink:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- internals ----------------------------------------------------------------------------------
+
+    def _confirmation(self, span: OffsetRange) -> Confirmation:
+        if not self.confirm:
+            return NoConfirm()
+        if self.lane is LaneKind.RAW:
+            return RawAnchor(self.key, span)
+        return DerivedCoverage(self.key, span)
+
+    def _batches_of(self, data: ArrowInput) -> Iterator[pa.RecordBatch]:
+        if isinstance(data, pa.RecordBatch):
+            source: Iterable[pa.RecordBatch] = (data,)
+        elif isinstance(data, pa.Table):
+            source = data.to_batches()
+        elif isinstance(data, pa.RecordBatchReader):
+            source = data  # streamed: one batch alive here at a time, the rest bounded by the ack channels
+        else:
+            source = data
+        for batch in source:
+            if not isinstance(batch, pa.RecordBatch):
+                raise TypeError(f"{self.table}: expected Arrow record batches, got {type(batch).__name__}")
+            if self.max_batch_rows is None or batch.num_rows <= self.max_batch_rows:
+                yield batch
+                continue
+            for start in range(0, batch.num_rows, self.max_batch_rows):
+                yield batch.slice(start, self.max_batch_rows)
+
+    def _prepare(self, batch: pa.RecordBatch, at: int | None = None) -> _Prepared | None:
+        """Stamp and guard one batch and claim its row positions. Nothing is sent if this raises."""
+        if batch.num_rows == 0:
+            return None
+        clash = [name for name in batch.schema.names if name in RESERVED_NAMES]
+        if clash:
+            raise ValueError(
+                f"{self.table}: column {clash[0]!r} is reserved for the engine and stamped on write; "
+                f"rename or drop it before writing (reserved: {', '.join(RESERVED_NAMES)})"
+            )
+        emit_ts = dt.datetime.now(dt.UTC)
+        with self._lock:
+            if self._closed:
+                raise SinkClosedError(
+                    f"{self.table}: push after close() on sink {self.sink_id}/{self.source}"
+                )
+            span = self._span_of(batch, at)
+            stamped = self._stamp(batch, span, emit_ts)
+            if self.gate is not None:
+                if self._last_schema is None or not stamped.schema.equals(self._last_schema):
+                    self._target = self.gate.ensure(self.table, stamped.schema)
+                    self._last_schema = stamped.schema
+                assert self._target is not None
+                checked = self.gate.check(self.table, stamped, self._target)
+                if not checked.schema.equals(stamped.schema):
+                    self.pool.metrics.type_reconcile.labels(table=self.table, kind="cast").inc()
+                stamped = checked
+            self.pool.ensure_open(stamped.schema)
+            self._next_offset = max(self._next_offset, span.end)
+            self._batches += 1
+            self._rows += stamped.num_rows
+            self._bytes += stamped.nbytes
+        return _Prepared(stamped, span)
+
+    def _span_of(self, batch: pa.RecordBatch, at: int | None) -> OffsetRange:
+        if self.offset_column is None:
+            first = self._next_offset if at is None else at
+            return OffsetRange(first, first + batch.num_rows)
+        column = self.offset_column
+        if column not in batch.schema.names:
+            raise ValueError(
+                f"{self.table}: declared offset column {column!r} is missing from the batch "
+                f"(columns: {', '.join(batch.schema.names)}); fix: add it or drop offset_column"
+            )
+        values = batch.column(column)
+        if values.null_count or not pa.types.is_integer(values.type):
+            raise ValueError(
+                f"{self.table}: offset column {column!r} must be a non-null integer column, "
+                f"got {values.type} "
+                f"with {values.null_count} null(s); fix: fill it with row positions"
+            )
+        offsets = values.cast(pa.int64())
+        first = offsets[0].as_py()
+        expected = pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), len(offsets)), start=first - 1)
+        if first < 0 or not pc.all(pc.equal(offsets, expected)).as_py():
+            raise ValueError(
+                f"{self.table}: offset column {column!r} must hold contiguous ascending row positions "
+                f"starting at >= 0 within one batch (first {first}); fix: sort and de-duplicate it, or split "
+                "the batch at gaps"
+            )
+        return OffsetRange(first, first + len(offsets))
+
+    def _stamp(self, batch: pa.RecordBatch, span: OffsetRange, emit_ts: dt.datetime) -> pa.RecordBatch:
+        n = batch.num_rows
+        if self.offset_column is not None:
+            offsets: pa.Array = batch.column(self.offset_column).cast(pa.int64())
+        else:
+            offsets = _positions(span.start, n)
+        emit_us = (emit_ts - _EPOCH) // dt.timedelta(microseconds=1)
+        stamps = pa.Array.from_buffers(_EMIT_TS_TYPE, n, [None, pa.py_buffer(array("q", [emit_us]) * n)])
+        sources = pa.repeat(self._source_scalar, n)
+        if self._stamped_from is None or not batch.schema.equals(self._stamped_from, check_metadata=True):
+            self._stamped_schema = pa.schema(
+                [*batch.schema, *RESERVED_FIELDS], metadata=batch.schema.metadata
+            )
+            self._stamped_from = batch.schema
+        return pa.RecordBatch.from_arrays(
+            [*batch.columns, stamps, sources, offsets], schema=self._stamped_schema
+        )
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_SMALL_BATCH_ROWS = 4096  # below this a Python buffer beats a compute-kernel call
+
+
+def _positions(first: int, n: int) -> pa.Array:
+    """``first, first + 1, ..., first + n - 1`` as int64."""
+    if n <= _SMALL_BATCH_ROWS:
+        return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(array("q", range(first, first + n)))])
+    ones = pa.repeat(pa.scalar(1, pa.int64()), n)
+    return pc.cumulative_sum(ones, start=first - 1)
+
+
+__all__ = ["ArrowInput", "CommitInfo", "OffsetSpan", "Receipt", "ZerobusSink"]

@@ -1,0 +1,28 @@
+"""Test helpers shipped with the package, so users can test their own pipelines against them.
+
+``FakeUnityCatalog``: a local fake of the Unity Catalog + SQL Statement Execution REST subset, driven by
+the real ``databricks-sdk``. Importing this package does not start anything.
+"""
+
+from __future__ import annotations
+
+from zerobus_orchestration.testing.uc_fake import (
+    CredentialIssuer,
+    FakeUnityCatalog,
+    IssuedCredentials,
+    RecordedRequest,
+    SyntheticIssuer,
+)
+from zerobus_orchestration.testing.uc_sql import ResultSet
+from zerobus_orchestration.testing.uc_state import FakeTable, StatementFailure
+
+__all__ = [
+    "CredentialIssuer",
+    "FakeTable",
+    "FakeUnityCatalog",
+    "IssuedCredentials",
+    "RecordedRequest",
+    "ResultSet",
+    "StatementFailure",
+    "SyntheticIssuer",
+]

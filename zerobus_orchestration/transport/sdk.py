@@ -1,0 +1,310 @@
+"""``Transport`` over the official ``databricks-zerobus-ingest-sdk`` Arrow streams (Arrow Flight DoPut).
+
+The same code talks to Databricks and to the local emulator: only the endpoint and the token URL
+differ. Auth is OAuth client credentials (the SDK fetches and refreshes table-scoped tokens itself),
+or a ``HeadersProvider`` when the caller owns auth.
+
+The SDK recovers transparently from retryable failures (reconnects and replays unacknowledged
+batches: at-least-once). What reaches us is therefore either a timeout (transient: the wait can be
+retried), or a stream the SDK gave up on (poison: the pool rebuilds it and re-submits what was not
+acknowledged, which ``unacked`` returns once the stream is closed).
+
+Two SDK behaviours are corrected here rather than passed through (both measured against 1.10.0):
+
+* ``ingest_batch`` demands a batch schema *identical* to the stream's, schema and field metadata
+  included, and refuses anything else with ``NonRetriableException("Invalid argument: RecordBatch
+  schema does not match stream schema")``. That would read as a poisoned stream, and a pool rebuilding
+  on it re-submits the same batch forever. Metadata-only differences (pandas chunks carry their own
+  index metadata) are relabelled to the stream schema; real differences raise ``SchemaRejectedError``
+  naming the columns, before anything is sent, and the stream stays usable.
+* A token endpoint refusing the client credentials (HTTP 401/403, "Specified UC token is in invalid
+  format") surfaces as a bare ``NonRetriableException``; it is fatal (fix the credentials), not poison.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow as pa
+from pydantic import SecretStr
+
+from zerobus_orchestration import __version__
+from zerobus_orchestration.config import SdkStreamOptions, ZerobusConfig
+from zerobus_orchestration.errors import (
+    ConfigError,
+    FatalTransportError,
+    SchemaRejectedError,
+    StreamPoisonedError,
+    TransportError,
+    to_transport_error,
+)
+
+log = logging.getLogger(__name__)
+
+APPLICATION_NAME = f"zerobus-orchestration/{__version__}"
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+_PROXY_BYPASS_VARS = ("NO_PROXY", "no_proxy", "no_grpc_proxy")
+# How the SDK reports the token endpoint refusing the client credentials (InvalidUCTokenError, 4xx).
+_CREDENTIALS_REFUSED = ("uc token", "client error (401)", "client error (403)", "invalid_client")
+# The SDK's per-call refusal of a batch whose schema is not the stream's; the stream stays usable.
+_BATCH_SCHEMA_REFUSED = "schema does not match stream schema"
+
+
+def bypass_proxy_for_loopback(url: str) -> None:
+    """Make the SDK connect to a loopback endpoint directly.
+
+    The SDK's Rust core tunnels every connection, 127.0.0.1 included, through ``*_proxy`` variables
+    unless a ``NO_PROXY``-style variable matches the host (reference/zerobus-protocol.md §4.5).
+    """
+    host = urlparse(url).hostname or ""
+    if host not in _LOOPBACK_HOSTS:
+        return
+    wanted = dict.fromkeys(("127.0.0.1", "localhost", host))
+    for var in _PROXY_BYPASS_VARS:
+        present = [h.strip() for h in os.environ.get(var, "").split(",") if h.strip()]
+        missing = [h for h in wanted if h not in present]
+        if missing:
+            os.environ[var] = ",".join([*present, *missing])
+
+
+def arrow_stream_options(options: SdkStreamOptions) -> Any:
+    """Our pydantic options as the SDK's ``ArrowStreamConfigurationOptions``."""
+    from zerobus import ArrowStreamConfigurationOptions, IPCCompression
+
+    compression = {
+        "none": IPCCompression.NONE,
+        "lz4_frame": IPCCompression.LZ4_FRAME,
+        "zstd": IPCCompression.ZSTD,
+    }[options.ipc_compression]
+    return ArrowStreamConfigurationOptions(
+        max_inflight_batches=options.max_inflight_batches,
+        recovery=options.recovery,
+        recovery_timeout_ms=options.recovery_timeout_ms,
+        recovery_backoff_ms=options.recovery_backoff_ms,
+        recovery_retries=options.recovery_retries,
+        server_lack_of_ack_timeout_ms=options.server_lack_of_ack_timeout_ms,
+        flush_timeout_ms=options.flush_timeout_ms,
+        connection_timeout_ms=options.connection_timeout_ms,
+        ipc_compression=compression,
+    )
+
+
+def transport_error(exc: BaseException, context: str) -> TransportError:
+    """``errors.to_transport_error``, correcting two SDK cases that would otherwise read as poison.
+
+    A batch refused for its schema is a schema rejection of that batch (the stream is fine); refused
+    client credentials are fatal.
+    """
+    error = to_transport_error(exc, context)
+    if not isinstance(error, StreamPoisonedError | FatalTransportError):
+        return error
+    text = str(exc).lower()
+    if isinstance(error, StreamPoisonedError) and _BATCH_SCHEMA_REFUSED in text:
+        return SchemaRejectedError(
+            f"{context}: {exc}; fix: send batches with exactly the stream's schema (nothing was sent)",
+            code="INVALID_ARGUMENT",
+        )
+    if any(marker in text for marker in _CREDENTIALS_REFUSED):
+        return FatalTransportError(
+            f"{context}: the token endpoint refused the client credentials ({exc}); fix: check the "
+            "service principal's client_id and client_secret",
+            code="UNAUTHENTICATED",
+        )
+    return error
+
+
+def _mismatch(table: str, stream_id: str, batch: pa.Schema, stream: pa.Schema) -> SchemaRejectedError | None:
+    """Why ``batch`` cannot go on a stream opened with ``stream`` (None: it can, maybe relabelled)."""
+    if batch.names != stream.names:
+        missing = [n for n in stream.names if n not in batch.names]
+        extra = [n for n in batch.names if n not in stream.names]
+        causes = ["MISSING_REQUIRED_COLUMN"] if missing else []
+        causes += ["FIELD_NOT_IN_TABLE"] if extra else []
+        detail = f"missing columns {missing}, unexpected columns {extra}"
+        if not causes:
+            causes, detail = ["FIELD_OUT_OF_ORDER"], f"column order {batch.names}, stream has {stream.names}"
+    else:
+        wrong = [
+            f"{ours.name} is {ours.type}, stream has {theirs.type}"
+            for ours, theirs in zip(batch, stream, strict=True)
+            if not ours.type.equals(theirs.type)
+        ]
+        if not wrong:
+            return None
+        causes, detail = ["TYPE_INCOMPATIBLE"], "; ".join(wrong)
+    return SchemaRejectedError(
+        f"{table}: batch does not match the schema stream {stream_id} was opened with: {detail}; fix: cast "
+        "the batch to the stream schema, or open a new stream for the new schema (nothing was sent)",
+        causes=causes,
+        code="INVALID_ARGUMENT",
+    )
+
+
+class SdkStream:
+    """One official-SDK Arrow stream, shaped as our ``Stream`` protocol."""
+
+    def __init__(self, table: str, inner: Any, schema: pa.Schema | None = None) -> None:
+        self._table = table
+        self._inner = inner
+        self._schema = schema
+        self._id = uuid.uuid4().hex[:12]
+        self._closed = False
+        self._close_lock = threading.Lock()
+
+    @property
+    def table(self) -> str:
+        return self._table
+
+    @property
+    def stream_id(self) -> str:
+        return self._id
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        return self._schema
+
+    def submit(self, batch: pa.RecordBatch) -> int:
+        batch = self._conform(batch)
+        try:
+            return int(self._inner.ingest_batch(batch))
+        except Exception as exc:
+            raise transport_error(exc, f"submit to {self._table} (stream {self._id})") from exc
+
+    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` labelled with the stream's exact schema, which is all the SDK accepts."""
+        stream = self._schema
+        if stream is None or batch.schema.equals(stream, check_metadata=True):
+            return batch
+        problem = _mismatch(self._table, self._id, batch.schema, stream)
+        if problem is not None:
+            raise problem
+        for field, column in zip(stream, batch.columns, strict=True):
+            if not field.nullable and column.null_count:
+                raise SchemaRejectedError(
+                    f"{self._table}: column {field.name} holds {column.null_count} null(s) but stream "
+                    f"{self._id} declares it NOT NULL; fix: fill or drop the nulls (nothing was sent)",
+                    causes=["NULL_IN_REQUIRED_COLUMN"],
+                    code="INVALID_ARGUMENT",
+                )
+        # Same names and types: only metadata or nullability flags differ. Relabelling copies nothing.
+        return pa.RecordBatch.from_arrays(batch.columns, schema=stream)
+
+    def wait_for_offset(self, offset: int) -> None:
+        try:
+            self._inner.wait_for_offset(offset)
+        except Exception as exc:
+            context = f"wait for offset {offset} on {self._table} (stream {self._id})"
+            raise transport_error(exc, context) from exc
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except Exception as exc:
+            raise transport_error(exc, f"flush {self._table} (stream {self._id})") from exc
+
+    def close(self) -> None:
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._inner.close()
+        except Exception as exc:
+            raise transport_error(exc, f"close {self._table} (stream {self._id})") from exc
+
+    def abandon(self) -> None:
+        """Close without caring whether the final flush succeeds (the stream already failed)."""
+        try:
+            self.close()
+        except Exception as exc:  # the failure that poisoned the stream was already reported
+            log.debug("closing failed stream %s of %s: %s", self._id, self._table, exc)
+
+    def unacked(self) -> list[pa.RecordBatch]:
+        """Unacknowledged batches; the SDK only hands them out once the stream is closed."""
+        if not self._closed:
+            self.abandon()
+        try:
+            return list(self._inner.get_unacked_batches())
+        except Exception as exc:
+            raise transport_error(exc, f"unacked batches of {self._table} (stream {self._id})") from exc
+
+
+class SdkTransport:
+    """Opens official-SDK Arrow streams against Databricks or the local emulator."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        token_url: str,
+        *,
+        client_id: str | None = None,
+        client_secret: SecretStr | None = None,
+        headers_provider: Any | None = None,
+        options: SdkStreamOptions | None = None,
+    ) -> None:
+        if headers_provider is None and (client_id is None or client_secret is None):
+            raise ConfigError(
+                f"Zerobus endpoint {endpoint}: set client_id and client_secret (OAuth M2M service principal) "
+                "or pass a headers_provider"
+            )
+        if not urlparse(endpoint).scheme:
+            # A scheme-less host becomes https:// inside the SDK; say so instead of a TLS error later.
+            raise ConfigError(f"Zerobus endpoint {endpoint!r} needs a scheme: https://... (http:// locally)")
+        from zerobus.sdk.sync import ZerobusSdk
+
+        bypass_proxy_for_loopback(endpoint)
+        bypass_proxy_for_loopback(token_url)
+        self._endpoint = endpoint
+        self._client_id = client_id
+        self._client_secret = client_secret
+        self._headers_provider = headers_provider
+        self._options = options or SdkStreamOptions()
+        self._sdk = ZerobusSdk(endpoint, token_url, application_name=APPLICATION_NAME)
+
+    @classmethod
+    def from_config(
+        cls, cfg: ZerobusConfig, *, endpoint: str | None = None, token_url: str | None = None
+    ) -> SdkTransport:
+        """Remote config as-is; for the embedded emulator pass its endpoint and token URL."""
+        resolved_endpoint = endpoint or cfg.endpoint
+        resolved_token_url = token_url or cfg.workspace_url
+        if resolved_endpoint is None or resolved_token_url is None:
+            raise ConfigError("zerobus.endpoint and zerobus.workspace_url are required for the SDK transport")
+        client_id, client_secret = cfg.client_id, cfg.client_secret
+        if cfg.embedded:
+            client_id, client_secret = cfg.emulator.client_id, cfg.emulator.client_secret
+        return cls(
+            resolved_endpoint,
+            resolved_token_url,
+            client_id=client_id,
+            client_secret=client_secret,
+            options=cfg.sdk,
+        )
+
+    @property
+    def endpoint(self) -> str:
+        return self._endpoint
+
+    def open_stream(self, table: str, schema: pa.Schema) -> SdkStream:
+        options = arrow_stream_options(self._options)
+        try:
+            if self._headers_provider is not None:
+                inner = self._sdk.create_arrow_stream_with_headers_provider(
+                    table, schema, self._headers_provider, options
+                )
+            else:
+                assert self._client_id is not None and self._client_secret is not None
+                inner = self._sdk.create_arrow_stream(
+                    table, schema, self._client_id, self._client_secret.get_secret_value(), options
+                )
+        except Exception as exc:
+            raise transport_error(exc, f"open stream for {table}") from exc
+        return SdkStream(table, inner, schema)
+
+    def close(self) -> None:
+        """Streams own their connections (Arrow streams never share one); nothing transport-wide to free."""
