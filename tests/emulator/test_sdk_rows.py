@@ -191,3 +191,12 @@ def test_avro_records_are_decoded_with_the_sent_writer_schema(emulator: Emulator
         {"id": 20, "name": "avro"},
         {"id": 21, "name": None},
     ]
+
+
+def test_records_above_grpc_default_4_mib_are_accepted(emulator: Emulator, warehouse: Path) -> None:
+    big = "x" * 6_000_000  # one 6 MB record: over grpcio's 4 MiB default, under the SDK's 10 MiB call limit
+    stream = open_json(emulator, TABLE)
+    stream.wait_for_offset(stream.ingest_record_offset({"id": 1, "name": big}))
+    stream.close()
+    emulator.materialize_now(TABLE)
+    assert read_table(warehouse).column("name").to_pylist() == [big]

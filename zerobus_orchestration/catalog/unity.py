@@ -54,7 +54,7 @@ from zerobus_orchestration.catalog.base import (
 from zerobus_orchestration.catalog.ddl import quote_table, render_plan, set_properties_sql
 from zerobus_orchestration.catalog.plan import WidenColumn, plan
 from zerobus_orchestration.config import Role, ZerobusConfig
-from zerobus_orchestration.errors import CatalogError, ConfigError, NotSupportedError
+from zerobus_orchestration.errors import CatalogError, ConfigError, NotSupportedError, UnsupportedType
 from zerobus_orchestration.tables import TableName
 from zerobus_orchestration.types import arrow_type_of_delta, delta_type
 
@@ -432,7 +432,10 @@ def _live_column(table: TableName, column: ColumnInfo) -> LiveColumn:
     if not column.type_json:
         raise CatalogError(f"table {table}: column {column.name!r} has no type_json in Unity Catalog")
     field = json.loads(column.type_json)
-    arrow = arrow_type_of_delta(field["type"])
+    try:
+        arrow = arrow_type_of_delta(field["type"])
+    except UnsupportedType as exc:
+        raise UnsupportedType(f"table {table}, column {column.name!r}: {exc}") from exc
     return LiveColumn(
         name=column.name or field["name"],
         delta_type=delta_type(arrow),

@@ -47,6 +47,11 @@ from zerobus_orchestration.errors import (
 log = logging.getLogger(__name__)
 
 APPLICATION_NAME = f"zerobus-orchestration/{__version__}"
+
+# The SDK's Rust core logs through ``tracing`` to stdout at INFO by default, which would interleave
+# with a command's own output (``--json``) and warns on every stream open about a header it sets
+# itself. Errors only, unless the user asked for more with RUST_LOG.
+os.environ.setdefault("RUST_LOG", "error")
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 _PROXY_BYPASS_VARS = ("NO_PROXY", "no_proxy", "no_grpc_proxy")
 # How the SDK reports the token endpoint refusing the client credentials (InvalidUCTokenError, 4xx).

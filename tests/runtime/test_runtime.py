@@ -1,0 +1,141 @@
+"""The runtime end to end: official SDK -> embedded emulator -> Delta -> Iceberg read-back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from runtime_helpers import fast_config
+
+from zerobus_orchestration.errors import PlanRefusedError, WriteBoundaryError
+from zerobus_orchestration.reserved import OFFSET, SOURCE
+from zerobus_orchestration.runtime import (
+    ZerobusRuntime,
+    acquire_runtime,
+    close_all_runtimes,
+    release_runtime,
+    source_tag,
+)
+from zerobus_orchestration.tables import table_uri
+
+TABLE = "main.raw.orders"
+
+
+def orders(n: int, start: int = 0) -> pa.Table:
+    return pa.table(
+        {
+            "order_id": pa.array(range(start, start + n), pa.int64()),
+            "customer": pa.array([f"c{i % 17}" for i in range(start, start + n)]),
+            "amount": pa.array([i * 0.5 for i in range(start, start + n)], pa.float64()),
+        }
+    )
+
+
+def delta_rows(rt: ZerobusRuntime, table: str = TABLE) -> pa.Table:
+    rt.delta_version(table)  # commit the emulator's WAL
+    return DeltaTable(table_uri(rt.config.warehouse, table)).to_pyarrow_table()
+
+
+def test_write_is_durable_in_delta_and_verified_through_iceberg(runtime: ZerobusRuntime) -> None:
+    data = orders(50_000)
+    result = runtime.write(TABLE, data.to_reader(max_chunksize=5_000), source="orders")
+    assert (result.rows_written, result.rows_skipped) == (50_000, 0)
+    assert (result.offset_start, result.offset_end) == (0, 50_000)
+    assert result.delta_version is not None and result.delta_version >= 1
+
+    landed = delta_rows(runtime)
+    assert landed.num_rows == 50_000
+    assert sorted(landed.column("order_id").to_pylist()) == list(range(50_000))
+    assert set(landed.column(SOURCE).to_pylist()) == {"orders"}
+    assert sorted(landed.column(OFFSET).to_pylist()) == list(range(50_000))
+
+    report = runtime.readback(TABLE, source="orders")
+    assert report.verified, report.as_dict()
+    assert report.rows_scanned == 50_000
+    assert report.duplicate_count == 0
+
+
+def test_a_retried_write_resumes_from_coverage_and_sends_only_gaps(runtime: ZerobusRuntime) -> None:
+    data = orders(10_000)
+    first = runtime.write(TABLE, data.slice(0, 6_000), source="orders", partition="2026-11-29")
+    assert first.rows_written == 6_000
+    # The retry replays the whole input: only positions [6000, 10000) are missing from coverage.
+    retry = runtime.write(TABLE, data, source="orders", partition="2026-11-29")
+    assert (retry.rows_written, retry.rows_skipped) == (4_000, 6_000)
+    assert retry.offset_end == 10_000
+    landed = delta_rows(runtime)
+    assert landed.num_rows == 10_000  # nothing duplicated
+    assert runtime.covered(TABLE, source="orders", partition="2026-11-29")[0].end == 10_000
+    assert runtime.readback(TABLE, source="orders", partition="2026-11-29").verified
+
+
+def test_partitions_of_one_source_stay_apart(runtime: ZerobusRuntime) -> None:
+    runtime.write(TABLE, orders(100), source="orders", partition="a")
+    runtime.write(TABLE, orders(100), source="orders", partition="b")
+    landed = delta_rows(runtime)
+    assert sorted(set(landed.column(SOURCE).to_pylist())) == [source_tag("orders", "a"), source_tag("orders", "b")]
+    report = runtime.readback(TABLE, source="orders")
+    assert report.verified and report.duplicate_count == 0 and report.rows_scanned == 200
+    only_a = runtime.read_back(TABLE, source="orders", partition="a")
+    assert only_a.num_rows == 100
+
+
+def test_a_bad_column_fails_before_anything_is_sent(runtime: ZerobusRuntime) -> None:
+    runtime.write(TABLE, orders(10), source="orders")
+    bad = pa.table(
+        {
+            "order_id": pa.array([1], pa.int64()),
+            "customer": pa.array([{"name": "x"}]),  # a struct into the STRING column
+            "amount": pa.array([1.0]),
+        }
+    )
+    with pytest.raises(WriteBoundaryError) as failure:
+        runtime.write(TABLE, bad, source="orders", partition="bad")
+    message = str(failure.value)
+    assert TABLE in message and "customer" in message and "to_json" in message
+    assert delta_rows(runtime).num_rows == 10
+    assert runtime.covered(TABLE, source="orders", partition="bad") == ()
+
+
+def test_incompatible_schema_drift_is_refused_naming_the_column(runtime: ZerobusRuntime) -> None:
+    runtime.write(TABLE, orders(10), source="orders")
+    with pytest.raises(PlanRefusedError) as failure:
+        runtime.reconcile(TABLE, pa.schema([("order_id", pa.string())]))
+    assert "order_id" in str(failure.value) and TABLE in str(failure.value)
+
+
+def test_additive_drift_evolves_the_table(runtime: ZerobusRuntime) -> None:
+    runtime.write(TABLE, orders(10), source="orders")
+    wider = orders(10, start=10).append_column("channel", pa.array(["web"] * 10))
+    runtime.write(TABLE, wider, source="orders", partition="2")
+    landed = delta_rows(runtime)
+    assert "channel" in landed.column_names
+    assert landed.num_rows == 20
+
+
+def test_registry_shares_one_runtime_per_process_and_config(tmp_path: Path) -> None:
+    cfg = fast_config(tmp_path / "wh")
+    try:
+        a = acquire_runtime(cfg)
+        b = acquire_runtime(cfg)
+        assert a is b
+        release_runtime(cfg)
+        release_runtime(cfg)
+        assert acquire_runtime(cfg) is a  # release never closes: the pool outlives a step
+        other = acquire_runtime(fast_config(tmp_path / "other"))
+        assert other is not a
+    finally:
+        close_all_runtimes()
+    assert acquire_runtime(cfg) is not a  # closed runtimes are dropped from the registry
+    close_all_runtimes()
+
+
+def test_health_reports_the_pool_after_a_write(runtime: ZerobusRuntime) -> None:
+    runtime.write(TABLE, orders(1_000), source="orders")
+    health = runtime.health().as_dict()
+    assert health["embedded"] is True and health["healthy"] is True
+    (pool,) = health["pools"]
+    assert pool["table"] == TABLE and pool["delivered"] == pool["submitted"] >= 1
+    assert pool["pending"] == 0
