@@ -1,15 +1,13 @@
-"""Fixtures for the fake Unity Catalog, imported by the unity and catalog-contract conftests.
+"""Fixtures for the fake Unity Catalog, imported by the unity, s3 and catalog-contract conftests.
 
-Every test gets an isolated databricks-sdk environment: no ``DATABRICKS_*`` variable and a config file
-path that does not exist, so a developer's profile cannot leak into a test.
+Every test using the fake gets an isolated databricks-sdk environment (``isolated_databricks_env`` from
+the shipped pytest plugin): no ``DATABRICKS_*`` variable, a config file path that does not exist.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -17,16 +15,12 @@ from zerobus_orchestration.catalog.base import TableCatalog
 from zerobus_orchestration.catalog.local import LocalCatalog
 from zerobus_orchestration.catalog.unity import StatementPolling, UnityCatalog, workspace_client
 from zerobus_orchestration.testing import FakeUnityCatalog
+from zerobus_orchestration.testing.pytest_plugin import isolated_databricks_env
+
+__all__ = ["FAST_POLLING", "RETRY_TIMEOUT_S", "Backend", "fake_uc", "isolated_databricks_env", "unity"]
 
 FAST_POLLING = StatementPolling(wait_timeout="5s", poll_initial_s=0.01, poll_max_s=0.05, deadline_s=10.0)
 RETRY_TIMEOUT_S = 5
-
-
-@pytest.fixture
-def isolated_databricks_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for var in [v for v in os.environ if v.startswith("DATABRICKS_")]:
-        monkeypatch.delenv(var)
-    monkeypatch.setenv("DATABRICKS_CONFIG_FILE", str(tmp_path / "no-such-databrickscfg"))
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ inline on the ingest path.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import tomllib
@@ -24,6 +25,8 @@ from zerobus_orchestration.errors import ConfigError
 
 ENV_PREFIX = "ZEROBUS_"
 DEFAULT_WAREHOUSE = "./.zerobus/warehouse"
+DEFAULT_STATE_ROOT = "./.zerobus/state"  # local state of object-store warehouses, one folder per URI
+STATE_DIR_NAME = "_zerobus"  # local state of a folder warehouse lives inside it
 DEFAULT_PER_STREAM_MB_CEILING = 100.0  # the documented Zerobus per-stream quota
 
 
@@ -91,7 +94,7 @@ class CatalogConfig(_Model):
 
 class CoverageConfig(_Model):
     location: str | None = Field(
-        None, description="SQLite file for coverage; default <warehouse>/_zerobus/coverage.sqlite."
+        None, description="SQLite file for coverage; default <state_dir>/coverage.sqlite."
     )
 
 
@@ -120,6 +123,38 @@ class EmulatorConfig(_Model):
     client_secret: SecretStr = SecretStr("zerobus-local-secret")
 
 
+class CredentialVendingConfig(_Model):
+    """Per-table, short-lived READ credentials for read-back on an embedded ``s3://`` warehouse.
+
+    The emulator's Iceberg REST facade vends them in each load-table response (STS ``AssumeRole`` of the
+    table's ``-ro`` role, see ``catalog.s3_vending``), so readers never hold the warehouse's own keys.
+    The table roles are provisioned once by an administrator (``S3TableRoleProvisioner``).
+    """
+
+    enabled: bool = Field(False, description="Vend per-table READ credentials through the Iceberg facade.")
+    account_id: str | None = Field(None, description="AWS account id owning the table roles.")
+    access_key_id: SecretStr | None = Field(
+        None, description="Vendor principal (needs only sts:AssumeRole); unset: default AWS credential chain."
+    )
+    secret_access_key: SecretStr | None = Field(None, description="Vendor principal secret.")
+    sts_endpoint_url: str | None = Field(
+        None, description="STS endpoint; default the warehouse's AWS_ENDPOINT_URL (e.g. moto), else AWS."
+    )
+    region: str | None = Field(None, description="Region; default the warehouse's AWS_REGION.")
+    duration_s: int = Field(900, ge=900, le=43_200, description="Lifetime of vended credentials (STS).")
+    refresh_margin_s: float = Field(
+        120.0, ge=0, description="Re-vend when cached credentials are this close to expiring."
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> CredentialVendingConfig:
+        if self.enabled and not self.account_id:
+            raise ValueError("credential vending needs account_id (the AWS account owning the table roles)")
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise ValueError("set both access_key_id and secret_access_key, or neither (default chain)")
+        return self
+
+
 class ZerobusConfig(_Model):
     """Root configuration. ``endpoint`` unset selects the embedded emulator (the default)."""
 
@@ -129,6 +164,12 @@ class ZerobusConfig(_Model):
     client_secret: SecretStr | None = Field(None, description="OAuth M2M service principal secret.")
     warehouse: str = Field(DEFAULT_WAREHOUSE, description="Embedded warehouse folder or s3:// URI.")
     storage_options: dict[str, SecretStr] = Field(default_factory=dict, description="Object store options.")
+    state_dir: str | None = Field(
+        None,
+        description="Local folder for SQLite state and the emulator WAL (catalog registry, coverage, "
+        "Iceberg catalog, wal/); default <warehouse>/_zerobus for a folder warehouse, "
+        "./.zerobus/state/<hash of the URI> for an object store (SQLite and fsync need local disk).",
+    )
     role: Role = Role.PRIMARY_RAW
     pool: PoolConfig = PoolConfig()
     sdk: SdkStreamOptions = SdkStreamOptions()
@@ -136,6 +177,7 @@ class ZerobusConfig(_Model):
     coverage: CoverageConfig = CoverageConfig()
     readback: ReadbackConfig = ReadbackConfig()
     emulator: EmulatorConfig = EmulatorConfig()
+    credential_vending: CredentialVendingConfig = CredentialVendingConfig()
 
     @model_validator(mode="after")
     def _remote_needs_credentials(self) -> ZerobusConfig:
@@ -145,15 +187,38 @@ class ZerobusConfig(_Model):
                 raise ValueError(f"a remote endpoint also needs {', '.join(missing)}")
         return self
 
+    @model_validator(mode="after")
+    def _vending_needs_s3(self) -> ZerobusConfig:
+        if self.credential_vending.enabled and not self.warehouse.startswith(("s3://", "s3a://")):
+            raise ValueError(
+                "credential_vending.enabled needs an s3://<bucket>/<prefix> warehouse, not "
+                f"{self.warehouse!r}; disable it for a folder warehouse"
+            )
+        return self
+
     @property
     def embedded(self) -> bool:
         return self.endpoint is None
 
     @property
+    def local_warehouse(self) -> bool:
+        return "://" not in self.warehouse or self.warehouse.startswith("file://")
+
+    @property
+    def state_path(self) -> str:
+        """The local folder for SQLite files and the emulator WAL (``state_dir`` or its default)."""
+        if self.state_dir:
+            return self.state_dir
+        if self.local_warehouse:
+            return str(Path(self.warehouse.removeprefix("file://")) / STATE_DIR_NAME)
+        digest = hashlib.sha256(self.warehouse.encode()).hexdigest()[:16]
+        return str(Path(DEFAULT_STATE_ROOT) / digest)
+
+    @property
     def coverage_location(self) -> str:
         if self.coverage.location:
             return self.coverage.location
-        return str(Path(self.warehouse) / "_zerobus" / "coverage.sqlite")
+        return str(Path(self.state_path) / "coverage.sqlite")
 
     def effective_config(self) -> dict[str, Any]:
         """The config as plain data with every secret masked, for logging at start."""
@@ -163,7 +228,6 @@ class ZerobusConfig(_Model):
 
     def config_hash(self) -> str:
         """Stable identity of this config, secrets included (hashed), for the per-process registry."""
-        import hashlib
         import json
 
         def reveal(value: Any) -> Any:

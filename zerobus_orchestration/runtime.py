@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from typing import Any, TypeAlias
 
 import pyarrow as pa
@@ -50,6 +51,7 @@ from zerobus_orchestration.sink.confirmation import LaneKind
 from zerobus_orchestration.sink.health import PoolHealth
 from zerobus_orchestration.sink.pool import StreamPool
 from zerobus_orchestration.sink.sink import ZerobusSink
+from zerobus_orchestration.storage import CredentialCache, config_storage_options
 from zerobus_orchestration.tables import TableName
 from zerobus_orchestration.transport.base import Transport
 
@@ -117,10 +119,19 @@ class RuntimeHealth:
 class ZerobusRuntime:
     """Transport, pools, catalog, coverage and read-back for one config in one process."""
 
-    def __init__(self, config: ZerobusConfig, *, transport: Transport | None = None) -> None:
+    def __init__(
+        self,
+        config: ZerobusConfig,
+        *,
+        transport: Transport | None = None,
+        credentials: CredentialCache | None = None,
+    ) -> None:
+        """``credentials`` overrides the cache ``config.credential_vending`` would build (own vendor,
+        margin or clock); the embedded facade vends read-back credentials through it."""
         self.config = config
         self.metrics = SinkMetrics()
         self.emulator: Any = None
+        self.credentials = credentials if credentials is not None else _build_credentials(config)
         self._lock = threading.Lock()
         self._pools: dict[tuple[str, LaneKind], StreamPool] = {}
         self._coverage: dict[str, CoverageStore] = {}
@@ -129,7 +140,7 @@ class ZerobusRuntime:
         try:
             self.catalog: TableCatalog = _build_catalog(config)
             if transport is None and config.embedded:
-                self.emulator = _start_emulator(config)
+                self.emulator = _start_emulator(config, self.credentials)
             self.transport: Transport = transport or _build_transport(config, self.emulator)
         except BaseException:
             self._stop_emulator()
@@ -174,6 +185,10 @@ class ZerobusRuntime:
     ) -> ReconcilePlan:
         """What ``reconcile`` would do; nothing is applied."""
         desired = self.desired(table, schema, role=role, descriptions=descriptions, tags=tags)
+        preview = getattr(self.catalog, "plan", None)  # backends that add role properties preview exactly
+        if preview is not None:
+            result: ReconcilePlan = preview(table, desired)
+            return result
         return plan(self.catalog.describe(table), desired, allow_widening=desired.allow_widening)
 
     def reconcile(
@@ -489,21 +504,40 @@ class _RowCounter:
 
 
 def _build_catalog(config: ZerobusConfig) -> TableCatalog:
-    storage = {k: v.get_secret_value() for k, v in config.storage_options.items()}
+    storage = config_storage_options(config)
     if config.catalog.backend is CatalogBackend.UNITY:
         from zerobus_orchestration.catalog.unity import UnityCatalog
 
         return UnityCatalog.from_config(config)
-    from zerobus_orchestration.catalog.local import LocalCatalog
+    from zerobus_orchestration.catalog.local import REGISTRY_FILE, LocalCatalog
 
-    return LocalCatalog(_absolute(config.warehouse), storage_options=storage)
+    registry = os.path.join(_state_dir(config), REGISTRY_FILE)
+    return LocalCatalog(_absolute(config.warehouse), storage_options=storage, registry_path=registry)
 
 
-def _start_emulator(config: ZerobusConfig) -> Any:
+def _build_credentials(config: ZerobusConfig) -> CredentialCache | None:
+    """The read-back credential cache ``zerobus.credential_vending`` asks for (embedded ``s3://`` only)."""
+    if not (config.credential_vending.enabled and config.embedded):
+        return None
+    from zerobus_orchestration.catalog.s3_vending import S3CredentialVendor
+
+    margin = timedelta(seconds=config.credential_vending.refresh_margin_s)
+    return CredentialCache(S3CredentialVendor.from_config(config), margin=margin)
+
+
+def _start_emulator(config: ZerobusConfig, credentials: CredentialCache | None = None) -> Any:
+    from zerobus_orchestration.emulator.iceberg_mirror import ICEBERG_DB_NAME
     from zerobus_orchestration.emulator.server import Emulator
 
-    storage = {k: v.get_secret_value() for k, v in config.storage_options.items()} or None
-    emulator = Emulator(_absolute(config.warehouse), config.emulator, storage_options=storage)
+    state = _state_dir(config)  # SQLite and the fsync'd WAL need local disk, even for an s3:// warehouse
+    emulator = Emulator(
+        _absolute(config.warehouse),
+        config.emulator,
+        storage_options=config_storage_options(config) or None,
+        wal_dir=os.path.join(state, "wal"),
+        iceberg_db=os.path.join(state, ICEBERG_DB_NAME),
+        credentials=credentials,
+    )
     emulator.start()
     log.info("embedded Zerobus emulator at %s (warehouse %s)", emulator.endpoint, config.warehouse)
     return emulator
@@ -519,6 +553,11 @@ def _build_transport(config: ZerobusConfig, emulator: Any) -> Transport:
 
 def _absolute(warehouse: str) -> str:
     return warehouse if "://" in warehouse else os.path.abspath(warehouse)
+
+
+def _state_dir(config: ZerobusConfig) -> str:
+    """``config.state_path`` made absolute: it is resolved once, against the starting directory."""
+    return os.path.abspath(config.state_path.removeprefix("file://"))
 
 
 # -- the documented per-process registry ------------------------------------------------------------

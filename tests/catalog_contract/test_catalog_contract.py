@@ -18,7 +18,7 @@ from zerobus_orchestration.catalog.base import Access, DesiredTable, TableTags
 from zerobus_orchestration.catalog.plan import plan
 from zerobus_orchestration.config import CommentPolicy, Role
 from zerobus_orchestration.contracts import managed_comment
-from zerobus_orchestration.errors import NotSupportedError, PlanRefusedError
+from zerobus_orchestration.errors import CatalogError, NotSupportedError, PlanRefusedError
 from zerobus_orchestration.preconditions import check_primary_raw, unmet
 
 TABLE = "main.raw.events"
@@ -227,3 +227,10 @@ def test_vended_credentials(backend: Backend) -> None:
     else:
         with pytest.raises(NotSupportedError):
             backend.catalog.vend_credentials(TABLE, Access.WRITE)
+
+
+def test_absent_table_cannot_take_sinks_or_credentials(backend: Backend) -> None:
+    with pytest.raises(CatalogError):
+        backend.catalog.register_sink(TABLE, "sink-a")
+    with pytest.raises(CatalogError):
+        backend.catalog.vend_credentials(TABLE, Access.READ)

@@ -112,6 +112,26 @@ def test_schema_evolution_reopens_the_streams(
     assert landed.column("note").to_pylist()[300:] == [str(i) for i in range(300, 400)]
 
 
+def test_batches_differing_only_in_metadata_share_the_streams(
+    emulator: Emulator, transport: SdkTransport, gate: CatalogGate, make_pool: PoolFactory
+) -> None:
+    """pandas chunks carry their own schema metadata; the SDK demands the stream's exact schema. Without
+    the transport relabelling them, each such batch read as a poisoned stream and the pool reopened
+    streams in a loop."""
+    pool = make_pool(transport)
+    sink = ZerobusSink(pool, source=SOURCE_ID, gate=gate)
+    pushed = payloads(6, 100)
+    for index, batch in enumerate(pushed):
+        sink.push(batch.replace_schema_metadata({"pandas": f'{{"chunk": {index}}}'}))
+    sink.flush(timeout=30)
+
+    health = pool.health()
+    assert health.rebuilds == 0 and health.poisoned == 0
+    assert pool.open_attempts == pool.size
+    landed = delta_rows(emulator).sort_by(OFFSET)
+    assert landed.select(pushed[0].schema.names).equals(pa.Table.from_batches(pushed))
+
+
 def test_poisoned_stream_is_rebuilt_and_every_row_lands(
     emulator: Emulator,
     transport: SdkTransport,

@@ -337,3 +337,12 @@ def test_table_comment_drop_and_delete(w: WorkspaceClient, fake_uc: FakeUnityCat
     w.tables.delete("main.raw.b")
     with pytest.raises(NotFound):
         w.tables.get("main.raw.b")
+
+
+def test_shipped_pytest_plugin_fixture_serves_the_sdk(fake_unity_catalog: FakeUnityCatalog) -> None:
+    import os
+
+    assert not any(v.startswith("DATABRICKS_") and v != "DATABRICKS_CONFIG_FILE" for v in os.environ)
+    w = workspace_client(fake_unity_catalog.url, token=fake_unity_catalog.pat, retry_timeout_seconds=5)
+    fake_unity_catalog.execute_sql("CREATE TABLE main.raw.t (id INT)")
+    assert w.tables.get("main.raw.t").full_name == "main.raw.t"

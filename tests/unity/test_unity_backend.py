@@ -16,7 +16,13 @@ from zerobus_orchestration.catalog.unity import (
     workspace_client,
 )
 from zerobus_orchestration.config import CatalogBackend, CatalogConfig, Role, ZerobusConfig
-from zerobus_orchestration.errors import CatalogError, ConfigError, NotSupportedError, PlanRefusedError
+from zerobus_orchestration.errors import (
+    CatalogError,
+    ConfigError,
+    NotSupportedError,
+    PlanRefusedError,
+    UnsupportedType,
+)
 from zerobus_orchestration.preconditions import check_primary_raw, unmet
 from zerobus_orchestration.testing import FakeUnityCatalog
 
@@ -296,3 +302,46 @@ def test_unknown_warehouse_is_a_catalog_error_naming_the_statement(fake_uc: Fake
     catalog = UnityCatalog(client, "no-such-warehouse")
     with pytest.raises(CatalogError, match=r"SQL warehouse no-such-warehouse.*\n  statement: ALTER TABLE"):
         catalog.execute(["ALTER TABLE main.raw.t ADD COLUMNS (a INT)"])
+
+
+def test_adopting_a_plain_table_as_primary_raw_upgrades_it(
+    unity: UnityCatalog, fake_uc: FakeUnityCatalog
+) -> None:
+    fake_uc.execute_sql(f"CREATE TABLE {TABLE} (id BIGINT NOT NULL, name STRING)")
+    outcome = unity.reconcile(TABLE, desired())
+    assert "set_property" in {s.kind for s in outcome.plan.steps}
+    assert unmet(check_primary_raw(unity, TABLE)) == []
+
+
+def test_adopting_a_deletion_vector_table_leaves_the_feature_to_purge(
+    unity: UnityCatalog, fake_uc: FakeUnityCatalog
+) -> None:
+    fake_uc.execute_sql(
+        f"CREATE TABLE {TABLE} (id BIGINT NOT NULL, name STRING) "
+        "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
+    )
+    unity.reconcile(TABLE, desired())  # turns the property off and UniForm on, in one statement
+    missing = unmet(check_primary_raw(unity, TABLE))
+    assert [c.name for c in missing] == ["deletion_vectors_disabled"]
+    assert "feature is active" in missing[0].detail and "PURGE" in missing[0].detail
+
+
+def test_a_column_type_we_cannot_map_names_table_and_column(
+    unity: UnityCatalog, fake_uc: FakeUnityCatalog
+) -> None:
+    fake_uc.execute_sql(f"CREATE TABLE {TABLE} (id BIGINT, v VARIANT)")
+    with pytest.raises(UnsupportedType, match=r"table main\.raw\.events, column 'v'"):
+        unity.describe(TABLE)
+
+
+def test_dry_run_plan_and_sql_execute_nothing(unity: UnityCatalog, fake_uc: FakeUnityCatalog) -> None:
+    unity.reconcile(TABLE, desired(pa.field("n", pa.int32())))
+    wanted = desired(pa.field("n", pa.int64()), pa.field("extra", pa.string()), allow_widening=True)
+    assert [s.kind for s in unity.plan(TABLE, wanted).steps] == ["add_column", "widen_column"]
+    statements = unity.planned_statements(TABLE, wanted)
+    assert statements == [
+        "ALTER TABLE `main`.`raw`.`events` SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')",
+        "ALTER TABLE `main`.`raw`.`events` ADD COLUMNS (`extra` STRING)",
+        "ALTER TABLE `main`.`raw`.`events` ALTER COLUMN `n` TYPE BIGINT",
+    ]
+    assert fake_uc.table(TABLE).version == 0  # type: ignore[union-attr]

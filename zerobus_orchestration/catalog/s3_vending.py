@@ -23,8 +23,17 @@ from typing import Any
 from pydantic import SecretStr
 
 from zerobus_orchestration.catalog.base import Access, VendedCredentials
+from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.errors import CatalogError, ConfigError
-from zerobus_orchestration.storage import AWS_ALLOW_HTTP, AWS_ENDPOINT_URL, AWS_REGION, is_s3, split_s3_uri
+from zerobus_orchestration.storage import (
+    AWS_ALLOW_HTTP,
+    AWS_ENDPOINT_URL,
+    AWS_REGION,
+    DEFAULT_REGION,
+    config_storage_options,
+    is_s3,
+    split_s3_uri,
+)
 from zerobus_orchestration.tables import TableName, table_uri
 
 ROLE_SUFFIX = {Access.READ: "ro", Access.WRITE: "rw"}
@@ -145,6 +154,42 @@ class S3CredentialVendor:
         self._endpoint_url = endpoint_url
         self._region = region
         self._session_name = session_name
+
+    @classmethod
+    def from_config(cls, config: ZerobusConfig) -> S3CredentialVendor:
+        """The vendor ``zerobus.credential_vending`` describes, over a boto3 STS client.
+
+        STS endpoint and region default to the warehouse's ``AWS_ENDPOINT_URL`` / ``AWS_REGION``, so a
+        moto or MinIO warehouse vends from the same server; the vended credentials carry that endpoint.
+        """
+        try:
+            import boto3
+        except ImportError as exc:
+            raise ConfigError(
+                "zerobus.credential_vending needs boto3: pip install 'zerobus-orchestration[s3]'"
+            ) from exc
+        vending = config.credential_vending
+        if not vending.account_id:
+            raise ConfigError("zerobus.credential_vending.account_id is not set (the roles' account)")
+        storage = config_storage_options(config)
+        endpoint = storage.get(AWS_ENDPOINT_URL)
+        region = vending.region or storage.get(AWS_REGION, DEFAULT_REGION)
+        keys: dict[str, str] = {}
+        if vending.access_key_id is not None and vending.secret_access_key is not None:
+            keys = {
+                "aws_access_key_id": vending.access_key_id.get_secret_value(),
+                "aws_secret_access_key": vending.secret_access_key.get_secret_value(),
+            }
+        sts_endpoint = vending.sts_endpoint_url or endpoint
+        sts = boto3.client("sts", endpoint_url=sts_endpoint, region_name=region, **keys)
+        return cls(
+            sts,
+            account_id=vending.account_id,
+            warehouse=config.warehouse,
+            duration_s=vending.duration_s,
+            endpoint_url=endpoint,
+            region=region,
+        )
 
     def location(self, table: str) -> str:
         return _table_location(self._warehouse, table)

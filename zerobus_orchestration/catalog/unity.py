@@ -52,7 +52,7 @@ from zerobus_orchestration.catalog.base import (
     primary_raw_properties,
 )
 from zerobus_orchestration.catalog.ddl import quote_table, render_plan, set_properties_sql
-from zerobus_orchestration.catalog.plan import WidenColumn, plan
+from zerobus_orchestration.catalog.plan import ReconcilePlan, WidenColumn, plan
 from zerobus_orchestration.config import Role, ZerobusConfig
 from zerobus_orchestration.errors import CatalogError, ConfigError, NotSupportedError, UnsupportedType
 from zerobus_orchestration.tables import TableName
@@ -266,26 +266,46 @@ class UnityCatalog:
 
     # -- reconcile --------------------------------------------------------------------------------
 
+    def plan(self, table: str, desired: DesiredTable) -> ReconcilePlan:
+        """The plan ``reconcile`` would execute now, without executing it."""
+        return self._plan(table, desired)[1]
+
+    def planned_statements(self, table: str, desired: DesiredTable) -> list[str]:
+        """The SQL ``reconcile`` would run now (a dry run); raises ``PlanRefusedError`` like reconcile."""
+        live, steps = self._plan(table, desired)
+        return self._statements(table, live, steps)
+
     def reconcile(self, table: str, desired: DesiredTable) -> ReconcileOutcome:
+        name = TableName.parse(table)
+        live, steps = self._plan(table, desired)
+        statements = self._statements(table, live, steps)  # raises PlanRefusedError before anything runs
+        if steps.empty and live is not None:  # an absent table always plans a CREATE
+            return ReconcileOutcome(steps, False, live.version, live, steps.notes)
+        self.execute(statements)
+        after = self.describe(table)
+        if after is None:
+            raise CatalogError(f"reconcile of {name}: the table is missing after the DDL ran")
+        return ReconcileOutcome(steps, True, live.version if live else None, after, steps.notes)
+
+    def _plan(self, table: str, desired: DesiredTable) -> tuple[TableState | None, ReconcilePlan]:
         name = TableName.parse(table)
         if TableName.parse(desired.name) != name:
             raise CatalogError(f"reconcile of {name}: the desired table is {desired.name}")
         if desired.role is Role.PRIMARY_RAW:
             desired = desired.with_properties(primary_raw_properties(real_column_mapping=True))
         live = self.describe(table)
-        steps = plan(live, desired, allow_widening=desired.allow_widening or self._allow_widening)
-        statements = render_plan(steps)  # raises PlanRefusedError before anything runs
-        if steps.empty and live is not None:  # an absent table always plans a CREATE
-            return ReconcileOutcome(steps, False, live.version, live, steps.notes)
+        return live, plan(live, desired, allow_widening=desired.allow_widening or self._allow_widening)
+
+    @staticmethod
+    def _statements(table: str, live: TableState | None, steps: ReconcilePlan) -> list[str]:
+        statements = render_plan(steps)
         widening = any(isinstance(s, WidenColumn) for s in steps.steps)
         if widening and live is not None and live.properties.get(TYPE_WIDENING, "").lower() != "true":
             # Databricks refuses ALTER COLUMN TYPE until type widening is enabled on the table.
-            statements.insert(0, set_properties_sql(name.full_name, {TYPE_WIDENING: "true"}))
-        self.execute(statements)
-        after = self.describe(table)
-        if after is None:
-            raise CatalogError(f"reconcile of {name}: the table is missing after the DDL ran")
-        return ReconcileOutcome(steps, True, live.version if live else None, after, steps.notes)
+            statements.insert(
+                0, set_properties_sql(TableName.parse(table).full_name, {TYPE_WIDENING: "true"})
+            )
+        return statements
 
     def execute(self, statements: Sequence[str]) -> None:
         """Run ``statements`` in order; the first that does not succeed raises ``StatementFailedError``."""

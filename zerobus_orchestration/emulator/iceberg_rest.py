@@ -19,6 +19,12 @@ Routes (below ``ICEBERG_REST_BASE``):
 
 Everything else that would change the catalog is answered 405 (read-only). Error bodies follow the
 Iceberg REST spec: ``{"error": {"message", "type", "code"}}``.
+
+Credentials: without a credential source, the load-table ``config`` carries the mirror's own FileIO
+properties (the warehouse's keys). With one (``credentials=``, e.g. a ``storage.CredentialCache`` over an
+``S3CredentialVendor``), it carries short-lived READ credentials for that table only, with their expiry
+in ``s3.session-token-expires-at-ms``, and never the warehouse's keys. Every load asks the source again,
+so a reader that reloads the table (read-back polls do) gets fresh keys once the cached ones near expiry.
 """
 
 from __future__ import annotations
@@ -28,13 +34,16 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Final
+from typing import Any, Final, Protocol
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
+from zerobus_orchestration.catalog.base import Access, VendedCredentials
 from zerobus_orchestration.emulator.iceberg_mirror import IcebergMirror
-from zerobus_orchestration.errors import ConfigError
+from zerobus_orchestration.errors import CatalogError, ConfigError
+from zerobus_orchestration.storage import pyiceberg_properties, reveal
+from zerobus_orchestration.tables import TableName
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +64,24 @@ READ_ENDPOINTS: Final = (
 
 Response = tuple[int, dict[str, Any]]
 
+# The Iceberg REST property carrying a vended S3 session's expiry (what Iceberg clients refresh on).
+EXPIRES_AT_MS: Final = "s3.session-token-expires-at-ms"
+_KEY_PROPERTIES: Final = ("s3.access-key-id", "s3.secret-access-key", "s3.session-token")
+
+
+class TableCredentialSource(Protocol):
+    """Short-lived credentials per (table, access); ``storage.CredentialCache`` is one."""
+
+    def get(self, table: str, access: Access) -> VendedCredentials: ...
+
+
+def vended_io_properties(base: Mapping[str, str], credentials: VendedCredentials) -> dict[str, str]:
+    """FileIO properties for a reader: ``base`` (endpoint, region) without its keys, plus the vended ones."""
+    properties = {k: v for k, v in base.items() if k not in _KEY_PROPERTIES}
+    properties.update(pyiceberg_properties(reveal(credentials.storage_options)))
+    properties[EXPIRES_AT_MS] = str(int(credentials.expires_at.timestamp() * 1000))
+    return properties
+
 
 def error_body(status: int, error_type: str, message: str) -> Response:
     return status, {"error": {"message": message, "type": error_type, "code": status}}
@@ -72,9 +99,16 @@ class IcebergRestFacade:
     containing ``/`` stays one segment. With ``token`` set, requests must carry ``Bearer <token>``.
     """
 
-    def __init__(self, mirror: IcebergMirror, *, token: str | None = None) -> None:
+    def __init__(
+        self,
+        mirror: IcebergMirror,
+        *,
+        token: str | None = None,
+        credentials: TableCredentialSource | None = None,
+    ) -> None:
         self.mirror = mirror
         self._token = token
+        self.credentials = credentials
 
     def handle(
         self,
@@ -202,21 +236,29 @@ class IcebergRestFacade:
             loaded = self.mirror.iceberg_catalog(catalog).load_table((*namespace, table))
         except (NoSuchTableError, NoSuchNamespaceError):
             return _no_such_table(catalog, namespace, table)
+        try:
+            config = self._reader_io_properties(".".join((catalog, *namespace, table)))
+        except CatalogError as exc:
+            return error_body(403, "ForbiddenException", str(exc))
         return 200, {
             "metadata-location": loaded.metadata_location,
             "metadata": json.loads(loaded.metadata.model_dump_json()),
-            "config": self.mirror.io_properties,
+            "config": config,
         }
+
+    def _reader_io_properties(self, full_name: str) -> dict[str, str]:
+        """What a reader of ``full_name`` gets: vended READ credentials when a source is set."""
+        if self.credentials is None:
+            return self.mirror.io_properties
+        name = TableName.parse(full_name).full_name
+        return vended_io_properties(self.mirror.io_properties, self.credentials.get(name, Access.READ))
 
     def _credentials(self, catalog: str, namespace: tuple[str, ...], table: str) -> Response:
         status, loaded = self._load_table(catalog, namespace, table)
         if status != 200:
             return status, loaded
-        return 200, {
-            "storage-credentials": [
-                {"prefix": loaded["metadata"]["location"], "config": self.mirror.io_properties}
-            ]
-        }
+        credential = {"prefix": loaded["metadata"]["location"], "config": loaded["config"]}
+        return 200, {"storage-credentials": [credential]}
 
     def _sync(self, method: str, full_name: str) -> Response:
         if method != "POST":

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -35,6 +35,9 @@ from zerobus_orchestration.emulator.streams import generic_handlers
 from zerobus_orchestration.emulator.wal import table_of_wal_dir, wal_dir_name
 from zerobus_orchestration.errors import ConfigError, ZerobusOrchestrationError
 from zerobus_orchestration.tables import TableName, table_uri, zerobus_dir
+
+if TYPE_CHECKING:  # the facade (and pyiceberg) load only when the mirror starts
+    from zerobus_orchestration.emulator.iceberg_rest import TableCredentialSource
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +79,19 @@ class Emulator:
         storage_options: dict[str, str] | None = None,
         wal_dir: str | None = None,
         iceberg: bool = True,
+        iceberg_db: str | None = None,
+        credentials: TableCredentialSource | None = None,
         max_workers: int = DEFAULT_MAX_WORKERS,
     ) -> None:
+        """``iceberg_db``: the mirror's SqlCatalog file (default beside the WAL's warehouse, see
+        ``iceberg_mirror.default_catalog_db``). ``credentials``: vends per-table READ credentials in the
+        Iceberg REST facade's load-table ``config`` instead of the warehouse's own keys."""
         self.warehouse = str(warehouse)
         self.config = config or EmulatorConfig()
         self.storage_options = storage_options
         self.wal_root = Path(wal_dir) if wal_dir is not None else default_wal_dir(self.warehouse)
+        self.iceberg_db = iceberg_db
+        self.credentials = credentials
         self.issuer = TokenIssuer(self.config.client_id, self.config.client_secret, self.config.token_ttl_s)
         self.limiter = StreamLimiter(self.config.max_streams_per_table)
         self.faults = FaultInjector(list(faults))
@@ -313,9 +323,11 @@ class Emulator:
         except ImportError as exc:
             log.warning("Iceberg mirror unavailable, serving Delta only: %s", exc)
             return
-        self._mirror = IcebergMirror(self.warehouse, self.config.iceberg_lag_s, self.storage_options)
+        self._mirror = IcebergMirror(
+            self.warehouse, self.config.iceberg_lag_s, self.storage_options, catalog_db=self.iceberg_db
+        )
         self._mirror.start()
-        self._facade = IcebergRestFacade(self._mirror)
+        self._facade = IcebergRestFacade(self._mirror, credentials=self.credentials)
 
     # -- replay ---------------------------------------------------------------------------------------
     def _replay(self) -> None:

@@ -5,11 +5,12 @@ The lane thread takes one ``PendingAck``, drains whatever else is queued without
 wait thereby acknowledges a whole burst (the coalesce ratio), which is what lets ingest run ahead of
 durability instead of paying one round trip per batch.
 
-The channel holds at most ``capacity`` batches (reserved or queued). A pusher reserves a slot before
-submitting; a full channel makes ``reserve`` wait, and that wait is the only backpressure. A burst
-received by the lane frees its slots, so pushers refill the channel while the lane waits: one wait
-per round trip confirms up to a channel's worth, and at most ``2 * capacity`` batches per stream are
-alive in the sink (queued plus in hand), whatever the input size.
+The channel is bounded by *pending acks*: batches reserved, queued or in hand, not yet confirmed. A
+pusher reserves a slot before submitting; a full channel makes ``reserve`` wait, and that wait is the
+only backpressure. Slots free up when their confirmations fire, so ``capacity`` is exactly the number
+of batches one stream may have in flight: throughput is bounded by ``capacity / ack latency`` per
+stream (Little's law), and at most ``capacity`` batches per stream are alive in the sink, whatever the
+input size.
 
 Failures: a transient wait failure is retried in place (nothing is re-advanced, nothing confirmed
 twice). A poisoned stream stops the lane: what the dead stream still reports durable is confirmed,
@@ -94,8 +95,7 @@ class AckLane:
         self._queue: deque[PendingAck] = deque()
         self._in_hand: list[PendingAck] = []
         self._kept: list[PendingAck] = []
-        self._slots = 0  # reserved + queued: what the channel bound applies to
-        self._unconfirmed = 0  # reserved + queued + in hand: pending for this stream
+        self._unconfirmed = 0  # reserved + queued + in hand: the pending acks the bound applies to
         self._waiting_pushers = 0
         self._state = LaneState.RUNNING
         self._delivered = delivered  # seq high-water: every seq below it is confirmed
@@ -141,8 +141,7 @@ class AckLane:
                 while True:
                     if self._state is not LaneState.RUNNING:
                         raise LaneUnavailable(f"ack lane {self._telemetry.stream_label} is {self._state}")
-                    if self._slots < self.capacity:
-                        self._slots += 1
+                    if self._unconfirmed < self.capacity:
                         self._unconfirmed += 1
                         return True
                     remaining = None if deadline is None else deadline - time.monotonic()
@@ -155,13 +154,13 @@ class AckLane:
     def release(self) -> None:
         """Give back a reserved slot that was not used (the submit did not happen)."""
         with self._cond:
-            self._slots -= 1
             self._unconfirmed -= 1
             self._cond.notify_all()
 
     def put(self, item: PendingAck) -> None:
         """Queue a submitted batch on a slot claimed with ``reserve``. Never blocks."""
-        check_lane(self.kind, item.confirmation)
+        if item.lane is not self.kind:  # PendingAck validated its confirmation against item.lane
+            check_lane(self.kind, item.confirmation)
         with self._cond:
             self._queue.append(item)
             self._cond.notify_all()
@@ -170,7 +169,6 @@ class AckLane:
         """Queue a batch re-submitted after a rebuild, without a reservation (bounded by the old lane)."""
         check_lane(self.kind, item.confirmation)
         with self._cond:
-            self._slots += 1
             self._unconfirmed += 1
             self._queue.append(item)
             self._cond.notify_all()
@@ -207,7 +205,6 @@ class AckLane:
             items = self._kept + self._in_hand + list(self._queue)
             self._kept, self._in_hand = [], []
             self._queue.clear()
-            self._slots = 0
             self._unconfirmed = 0
             self._cond.notify_all()
         return sorted(items, key=lambda item: item.seq)
@@ -234,7 +231,7 @@ class AckLane:
     @property
     def has_room(self) -> bool:
         """A hint (unlocked read) that ``reserve`` would not wait right now."""
-        return self._slots < self.capacity and self._state is LaneState.RUNNING
+        return self._unconfirmed < self.capacity and self._state is LaneState.RUNNING
 
     @property
     def backpressured(self) -> bool:
@@ -258,9 +255,7 @@ class AckLane:
                 self._cond.wait()
             burst = list(self._queue)  # one received, the rest drained without blocking
             self._queue.clear()
-            self._slots -= len(burst)  # received: the pushers may refill the channel meanwhile
             self._in_hand = burst
-            self._cond.notify_all()
         burst.sort(key=lambda item: item.offset)
         return burst
 
@@ -273,10 +268,10 @@ class AckLane:
                         self._state = LaneState.STOPPED
                     self._cond.notify_all()
                 return
-            for item in burst:
-                if not item.resubmitted:
-                    self._m_rows_sub.inc(item.rows)
-                    self._m_bytes_sub.inc(item.nbytes)
+            fresh = [item for item in burst if not item.resubmitted]  # re-sends were counted already
+            if fresh:
+                self._m_rows_sub.inc(sum(item.rows for item in fresh))
+                self._m_bytes_sub.inc(sum(item.nbytes for item in fresh))
             failure = self._wait_durable(burst[-1].offset)
             if failure is None:
                 self._confirm(burst)
@@ -326,10 +321,11 @@ class AckLane:
                     item.future.set_result(span_of(item.confirmation))
             self._telemetry.latency.add(now - item.submitted_at)
             self._m_latency.observe(now - item.submitted_at)
-            self._m_rows_del.inc(item.rows)
-            self._m_bytes_del.inc(item.nbytes)
-            self.rows_delivered += item.rows
-            self.bytes_delivered += item.nbytes
+        rows, nbytes = sum(item.rows for item in burst), sum(item.nbytes for item in burst)
+        self._m_rows_del.inc(rows)
+        self._m_bytes_del.inc(nbytes)
+        self.rows_delivered += rows
+        self.bytes_delivered += nbytes
         self._telemetry.coalesce.add(len(burst))
         self._m_coalesce.observe(len(burst))
         with self._cond:
@@ -347,7 +343,6 @@ class AckLane:
         with self._cond:
             self._state = LaneState.FAILED
             burst = sorted([*burst, *self._queue], key=lambda item: item.offset)
-            self._slots -= len(self._queue)
             self._queue.clear()
             self._in_hand = burst
             self._cond.notify_all()

@@ -301,7 +301,9 @@ class ZerobusSink:
                 if not checked.schema.equals(stamped.schema):
                     self.pool.metrics.type_reconcile.labels(table=self.table, kind="cast").inc()
                 stamped = checked
-            self.pool.ensure_open(stamped.schema)
+            opened_with = self.pool.schema  # shared pool: another sink may have re-opened it
+            if opened_with is None or not stamped.schema.equals(opened_with):
+                self.pool.ensure_open(stamped.schema)
             self._next_offset = max(self._next_offset, span.end)
             self._batches += 1
             self._rows += stamped.num_rows
