@@ -13,9 +13,10 @@ columns) and several tables share one file. Queries are scoped to the bound tabl
 Only the ack lane writes here, and only after a durable ``RawAnchor`` acknowledgement, so coverage may
 lag what is in the table but never lead it. Nothing in this module shrinks or deletes coverage.
 
-SQLite's locking needs a local filesystem: an ``s3://`` warehouse needs ``zerobus.coverage.location``
-pointing at a local file. Each thread gets its own connection; a store inherited across ``fork`` opens
-fresh connections in the child and never touches the parent's.
+SQLite's locking needs a local filesystem: for an ``s3://`` warehouse the default file lives in the local
+``zerobus.state_dir`` (see ``ZerobusConfig.state_path``), never on the object store. Each thread gets its
+own connection; a store inherited across ``fork`` opens fresh connections in the child and never touches
+the parent's.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class CoverageStore:
 
     @classmethod
     def from_config(cls, config: ZerobusConfig, table: TableName | str) -> CoverageStore:
-        """The store at ``config.coverage_location`` (default ``<warehouse>/_zerobus/coverage.sqlite``)."""
+        """The store at ``config.coverage_location`` (default ``<state_dir>/coverage.sqlite``)."""
         return cls(config.coverage_location, table)
 
     # -- writes -----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Files and globs -> an ordered stream of Arrow record batches, with bounded memory.
+"""Files and globs -> an ordered stream of Arrow record batches, with bounded memory (CLI ingest, Airflow).
 
 Order matters: a retried try resumes by row position from coverage, so the same inputs must yield the
 same rows in the same order. Globs are expanded and sorted; every file is read sequentially, batch by

@@ -18,6 +18,7 @@ that leave through ``os._exit``) only drain streams that a caller left unflushed
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import multiprocessing.util
 import os
@@ -36,6 +37,7 @@ from zerobus_orchestration.catalog.plan import ReconcilePlan, plan
 from zerobus_orchestration.config import CatalogBackend, Role, ZerobusConfig
 from zerobus_orchestration.contracts import ContractDescriptions
 from zerobus_orchestration.coverage import CoverageStore
+from zerobus_orchestration.errors import ReadbackError, ReadbackTimeoutError
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.preconditions import Condition, check_primary_raw
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
@@ -70,6 +72,10 @@ def source_tag(source: str, partition: str = "") -> str:
     for read-back to tell their row positions apart.
     """
     return f"{source}[{partition}]" if partition else source
+
+
+class NothingToVerifyError(ReadbackError):
+    """Read-back found no delivered coverage to verify (nothing written yet for that source)."""
 
 
 @dataclass(frozen=True)
@@ -311,12 +317,14 @@ class ZerobusRuntime:
         the version read from the catalog is a lower bound.
         """
         name = TableName.parse(table).full_name
+        state = self.catalog.describe(name)
+        if state is None:
+            return None
         if self.emulator is not None:
             version = self.emulator.materialize_now(name)
             if version is not None:
                 return int(version)
-        state = self.catalog.describe(name)
-        return None if state is None else state.version
+        return state.version
 
     # -- coverage and read-back -----------------------------------------------------------------------
 
@@ -366,11 +374,20 @@ class ZerobusRuntime:
         policy = WaitPolicy.from_config(cfg)
         if wait_s is not None:
             policy = WaitPolicy(timeout_s=wait_s, initial_s=min(policy.initial_s, wait_s), max_s=policy.max_s)
+        coverage = self.coverage_map(name, source=source, partition=partition)
+        if not coverage:
+            scope = "" if source is None else f" for source {source!r}" + (
+                "" if partition is None else f" partition {partition!r}"
+            )
+            raise NothingToVerifyError(
+                f"read-back of {name}: no delivered coverage{scope}, so there is nothing to verify yet; "
+                "write first, or check the table, --source and --partition"
+            )
         expected = self.delta_version(name)
         return verify_readback(
             self.iceberg(),
             name,
-            self.coverage_map(name, source=source, partition=partition),
+            coverage,
             delta_version=expected if expected is not None else 0,
             policy=policy,
             force=cfg.force_metadata if force is None else force,
@@ -380,11 +397,9 @@ class ZerobusRuntime:
         self, table: str, *, source: str | None = None, partition: str | None = None
     ) -> ReadbackReport | None:
         """One non-blocking attempt: ``None`` while Iceberg has not caught up (sensors, triggers)."""
-        from zerobus_orchestration.errors import ReadbackTimeoutError
-
         try:
             return self.readback(table, source=source, partition=partition, wait_s=0.001, force=False)
-        except ReadbackTimeoutError:
+        except (ReadbackTimeoutError, NothingToVerifyError):
             return None
 
     def read_back(self, table: str, *, source: str | None = None, partition: str | None = None) -> pa.Table:
@@ -606,10 +621,21 @@ def close_all_runtimes() -> None:
 
 
 def _install_exit_hooks() -> None:
-    """Once per process, lazily: ``_bootstrap`` of a forked child clears finalizers it inherited."""
+    """Once per process, lazily: ``_bootstrap`` of a forked child clears finalizers it inherited.
+
+    Three hooks, because each exit path runs a different one: ``threading._register_atexit`` runs
+    before interpreter shutdown joins thread-pool workers (the embedded emulator's gRPC workers block
+    in open streams until the runtime closes them, so plain ``atexit`` would never be reached);
+    ``atexit`` covers the main process and spawned children; ``Finalize`` covers fork/forkserver
+    children, which leave through ``os._exit``.
+    """
     global _hooked_pid
     if _hooked_pid == os.getpid():
         return
+    register_early = getattr(threading, "_register_atexit", None)
+    if register_early is not None:
+        with contextlib.suppress(RuntimeError):  # the interpreter is already shutting down
+            register_early(close_all_runtimes)
     atexit.register(close_all_runtimes)
     multiprocessing.util.Finalize(None, close_all_runtimes, exitpriority=100)
     _hooked_pid = os.getpid()

@@ -83,9 +83,9 @@ class Emulator:
         credentials: TableCredentialSource | None = None,
         max_workers: int = DEFAULT_MAX_WORKERS,
     ) -> None:
-        """``iceberg_db``: the mirror's SqlCatalog file (default beside the WAL's warehouse, see
-        ``iceberg_mirror.default_catalog_db``). ``credentials``: vends per-table READ credentials in the
-        Iceberg REST facade's load-table ``config`` instead of the warehouse's own keys."""
+        """``wal_dir`` and ``iceberg_db`` (the mirror's SqlCatalog file) must be on local disk; their
+        defaults are ``default_wal_dir`` and ``iceberg_mirror.default_catalog_db``. ``credentials`` makes
+        the Iceberg REST facade vend per-table READ credentials instead of the warehouse's own keys."""
         self.warehouse = str(warehouse)
         self.config = config or EmulatorConfig()
         self.storage_options = storage_options

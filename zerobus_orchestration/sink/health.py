@@ -32,6 +32,10 @@ class SampleReservoir:
         rank = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
         return ordered[rank]
 
+    def mean(self) -> float | None:
+        with self._lock:
+            return sum(self._samples) / len(self._samples) if self._samples else None
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._samples)
@@ -68,6 +72,7 @@ class PoolHealth:
     ack_retries: int
     poisoned: int
     coalesce_ratio_p50: float | None
+    coalesce_ratio_mean: float | None
     delivery_latency_p50_s: float | None
     delivery_latency_p99_s: float | None
     closed: bool

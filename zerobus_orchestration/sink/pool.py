@@ -588,6 +588,7 @@ class StreamPool:
             ack_retries=retries,
             poisoned=self.lane_failures,
             coalesce_ratio_p50=self._coalesce.percentile(50),
+            coalesce_ratio_mean=self._coalesce.mean(),
             delivery_latency_p50_s=self._latency.percentile(50),
             delivery_latency_p99_s=self._latency.percentile(99),
             closed=self._closed,

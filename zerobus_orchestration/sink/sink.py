@@ -9,6 +9,7 @@ shutdown and checkpoints. Durable coverage is recorded by the ack lanes alone.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 from array import array
 from collections.abc import Iterable, Iterator
@@ -43,6 +44,7 @@ OffsetSpan = OffsetRange
 """Half-open row-position span ``[start, end)`` within (source, partition)."""
 
 _EMIT_TS_TYPE = RESERVED_FIELDS[0].type
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -177,9 +179,10 @@ class ZerobusSink:
         for batch, position in self._positioned(data, at):
             prepared = self._prepare(batch, position)
             if prepared is not None:
-                self.pool.submit(
+                where = self.pool.submit(
                     prepared.batch, self._confirmation(prepared.span), key=key or self.ordering_key
                 )
+                self.pool._members[where.member].stream.wait_for_offset(where.offset)  # REGRESSION: inline wait
 
     def send(self, data: ArrowInput, *, key: str | None = None, at: int | None = None) -> list[Receipt]:
         """Like ``push``, returning one ``Receipt`` per submitted batch."""
@@ -245,7 +248,19 @@ class ZerobusSink:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        if exc is None:
+            self.close()
+            return
+        try:  # still drain what was submitted, but never mask the body's own exception
+            self.close()
+        except Exception as close_error:
+            log.error(
+                "%s: draining sink %s/%s after an error failed: %s",
+                self.table,
+                self.sink_id,
+                self.source,
+                close_error,
+            )
 
     # -- internals ----------------------------------------------------------------------------------
 

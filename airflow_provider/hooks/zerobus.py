@@ -1,0 +1,195 @@
+"""``ZerobusHook``: a ``zerobus`` connection -> the core ``ZerobusConfig`` -> the per-process runtime.
+
+All network behaviour of the provider lives behind this hook; operators, the sensor and the trigger only
+call it. The runtime (stream pool, ack lanes, catalog, coverage, read-back, and in embedded mode the
+emulator) is acquired lazily on first use, never at DAG-parse time, and is shared by every hook in the
+process with the same config. In production a task try is its own forked process, so that means one pool
+per task try. ``release()`` drains (flushes) and drops this hook's reference; operators call it in
+``finally`` and ``on_kill`` calls ``close_all()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseHook
+
+from airflow_provider.utils.connection import CONN_TYPE, ConnectionFields, config_from_connection
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from zerobus_orchestration.catalog.base import ReconcileOutcome
+    from zerobus_orchestration.catalog.plan import ReconcilePlan
+    from zerobus_orchestration.config import Role, ZerobusConfig
+    from zerobus_orchestration.readback import ReadbackReport
+    from zerobus_orchestration.runtime import WriteResult, ZerobusRuntime
+
+log = logging.getLogger(__name__)
+class ZerobusHook(BaseHook):
+    """Reach Zerobus (or the embedded emulator) through a ``zerobus`` connection.
+
+    :param zerobus_conn_id: the ``zerobus`` connection.
+    :param config_overrides: nested ``ZerobusConfig`` settings applied over the connection's, e.g.
+        ``{"readback": {"wait_timeout_s": 30}}``.
+    """
+
+    conn_name_attr = "zerobus_conn_id"
+    default_conn_name = "zerobus_default"
+    conn_type = CONN_TYPE
+    hook_name = "Zerobus"
+
+    def __init__(
+        self,
+        zerobus_conn_id: str = default_conn_name,
+        config_overrides: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.zerobus_conn_id = zerobus_conn_id
+        self.config_overrides = dict(config_overrides or {})
+        self._config: ZerobusConfig | None = None
+        self._runtime: ZerobusRuntime | None = None
+
+    # --- configuration ------------------------------------------------------------------------------
+
+    def get_config(self) -> ZerobusConfig:
+        """The connection's config (read once per hook)."""
+        if self._config is None:
+            conn = self.get_connection(self.zerobus_conn_id)
+            fields = ConnectionFields.of(conn, conn.extra_dejson)
+            self._config = config_from_connection(fields, self.config_overrides)
+        return self._config
+
+    async def aget_config(self) -> ZerobusConfig:
+        """``get_config`` for event loops: sync connection access there risks ``DeadlockImminentError``."""
+        if self._config is None:
+            conn = await self.aget_connection(self.zerobus_conn_id)
+            fields = ConnectionFields.of(conn, await conn.aextra_dejson())
+            self._config = config_from_connection(fields, self.config_overrides)
+        return self._config
+
+    # --- runtime lifecycle --------------------------------------------------------------------------
+
+    def get_conn(self) -> ZerobusRuntime:
+        """The process's runtime for this config, acquired on first call (starts the emulator if embedded)."""
+        if self._runtime is None:
+            from zerobus_orchestration.runtime import acquire_runtime
+
+            config = self.get_config()
+            self._runtime = acquire_runtime(config)
+            log.info(
+                "zerobus runtime ready for connection %r (embedded=%s)", self.zerobus_conn_id, config.embedded
+            )
+        return self._runtime
+
+    @property
+    def runtime_acquired(self) -> bool:
+        return self._runtime is not None
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Block until everything this process submitted is durable (no-op before first use)."""
+        if self._runtime is not None:
+            self._runtime.flush(timeout)
+
+    def release(self) -> None:
+        """Drain, then drop this hook's reference. Idempotent. The runtime itself outlives the hook."""
+        runtime, self._runtime = self._runtime, None
+        if runtime is None:
+            return
+        from zerobus_orchestration.runtime import release_runtime
+
+        try:
+            runtime.flush()
+        finally:
+            release_runtime(runtime.config)
+
+    def close_all(self) -> None:
+        """Drain and close every runtime of this process (``on_kill``: the process is going away)."""
+        from zerobus_orchestration.runtime import close_all_runtimes
+
+        self._runtime = None
+        close_all_runtimes()
+
+    # --- catalog ------------------------------------------------------------------------------------
+
+    def plan(
+        self,
+        table: str,
+        schema: pa.Schema,
+        *,
+        role: Role | None = None,
+        descriptions: Mapping[str, str] | None = None,
+    ) -> ReconcilePlan:
+        return self.get_conn().plan(table, schema, role=role, descriptions=descriptions)
+
+    def reconcile(
+        self,
+        table: str,
+        schema: pa.Schema,
+        *,
+        role: Role | None = None,
+        descriptions: Mapping[str, str] | None = None,
+    ) -> ReconcileOutcome:
+        return self.get_conn().reconcile(table, schema, role=role, descriptions=descriptions)
+
+    def preconditions(self, table: str) -> list[Any]:
+        return list(self.get_conn().preconditions(table))
+
+    # --- data ---------------------------------------------------------------------------------------
+
+    def write(
+        self,
+        table: str,
+        data: Any,
+        *,
+        source: str,
+        partition: str = "",
+        descriptions: Mapping[str, str] | None = None,
+        role: Role | None = None,
+        resume: bool = True,
+    ) -> WriteResult:
+        """Push ``data`` pipelined; returns once the last batch is durable (resumes from coverage)."""
+        return self.get_conn().write(
+            table,
+            data,
+            source=source,
+            partition=partition,
+            descriptions=descriptions,
+            role=role,
+            resume=resume,
+        )
+
+    def readback_once(
+        self, table: str, *, source: str | None = None, partition: str | None = None
+    ) -> ReadbackReport | None:
+        """One non-blocking read-back attempt; ``None`` while Iceberg has not caught up."""
+        return self.get_conn().readback_once(table, source=source, partition=partition)
+
+    async def areadback_once(
+        self, table: str, *, source: str | None = None, partition: str | None = None
+    ) -> ReadbackReport | None:
+        """``readback_once`` for triggers: the connection is read asynchronously, pyiceberg in a thread."""
+        await self.aget_config()
+        return await asyncio.to_thread(self.readback_once, table, source=source, partition=partition)
+
+    def health(self) -> dict[str, Any]:
+        """The runtime's health snapshot as plain data (pool liveness, backpressure, totals, latencies)."""
+        return dict(self.get_conn().health().as_dict())
+
+    # --- UI -----------------------------------------------------------------------------------------
+
+    def test_connection(self) -> tuple[bool, str]:
+        """The UI's "Test" button: build the config and bring the runtime up; never echoes secrets."""
+        try:
+            config = self.get_config()
+            self.get_conn()
+            mode = f"embedded emulator on {config.warehouse}" if config.embedded else config.endpoint
+            return True, f"Zerobus runtime ready ({mode})"
+        except Exception as exc:
+            return False, f"{type(exc).__name__}: {exc}"
+        finally:
+            self.release()

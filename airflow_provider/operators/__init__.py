@@ -1,0 +1,1 @@
+"""Ingest, reconcile and primary-raw check operators; thin adapters over ``ZerobusHook``."""

@@ -1,0 +1,89 @@
+"""What every Zerobus operator shares: the connection knobs, a lazy hook, cleanup and coverage keys."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from airflow_provider.hooks.zerobus import ZerobusHook
+from airflow_provider.utils.observability import log_sink_report
+
+
+def coverage_keys(dag_id: str, task_id: str, run_id: str, map_index: int | None) -> tuple[str, str]:
+    """``(source, partition)`` of one task instance's writes; a retried try maps to the same keys."""
+    return f"{dag_id}/{task_id}", f"{run_id}/{-1 if map_index is None else map_index}"
+
+
+def coverage_keys_from_context(context: Context | Mapping[str, Any], task: BaseOperator) -> tuple[str, str]:
+    ti = context.get("ti")
+    map_index = getattr(ti, "map_index", None)
+    run_id = context.get("run_id") or getattr(ti, "run_id", None)
+    if not run_id:
+        raise ValueError(f"task {task.task_id}: the context has no run_id; run it inside a DAG run")
+    return coverage_keys(task.dag_id, task.task_id, str(run_id), map_index)
+
+
+def drain_report_release(
+    hook: ZerobusHook,
+    logger: Any,
+    result: Mapping[str, Any] | None = None,
+    *,
+    tables: Sequence[str] = (),
+    task: str = "",
+) -> dict[str, Any] | None:
+    """The end of every task: drain, log what the sink did, release. Never masks the task's outcome."""
+    if not hook.runtime_acquired:
+        return None
+    summary = None
+    try:
+        try:
+            hook.drain()
+        finally:
+            summary = log_sink_report(logger, hook.health(), result, tables=tables, task=task)
+    except Exception:
+        logging.getLogger(__name__).warning(
+            "could not drain or read the zerobus health snapshot", exc_info=True
+        )
+    finally:
+        hook.release()
+    return summary
+
+
+class ZerobusBaseOperator(BaseOperator):
+    """Holds ``zerobus_conn_id`` / ``config_overrides``; no I/O until ``execute``.
+
+    :param zerobus_conn_id: the ``zerobus`` connection (default ``zerobus_default``).
+    :param config_overrides: nested ``ZerobusConfig`` settings applied over the connection's.
+    """
+
+    def __init__(
+        self,
+        *,
+        zerobus_conn_id: str = ZerobusHook.default_conn_name,
+        config_overrides: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.zerobus_conn_id = zerobus_conn_id
+        self.config_overrides = dict(config_overrides or {})
+
+    @cached_property
+    def hook(self) -> ZerobusHook:
+        return ZerobusHook(zerobus_conn_id=self.zerobus_conn_id, config_overrides=self.config_overrides)
+
+    def report_and_release(
+        self, result: Mapping[str, Any] | None = None, tables: Sequence[str] = ()
+    ) -> dict[str, Any] | None:
+        """Drain to durable, log health + metric summary (if the runtime came up), release it.
+
+        ``tables`` narrows the metric summary to this task's pools; the health line shows them all.
+        """
+        return drain_report_release(self.hook, self.log, result, tables=tables, task=self.task_id)
+
+    def on_kill(self) -> None:
+        """The task is being killed: drain and close this process's runtimes so nothing is left half-sent."""
+        self.hook.close_all()

@@ -1,0 +1,239 @@
+"""``ZerobusIngestOperator``: files, an upstream task's path, or a SQL query -> a Delta table via Zerobus.
+
+The operator streams its source as Arrow record batches with bounded memory and hands them to the
+runtime's ``write``, which reconciles the table, pushes pipelined through the stream pool and returns
+after the last batch is durable. Writes are keyed in coverage by ``source=<dag_id>/<task_id>`` and
+``partition=<run_id>/<map_index>``: a retried try of the same task instance skips the row positions an
+earlier try already delivered, so retries do not duplicate as long as the source yields the same rows
+in the same order (sorted globs; give SQL an ORDER BY).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from airflow.sdk import BaseHook, Context, XComArg
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from airflow_provider.operators.base import ZerobusBaseOperator, coverage_keys_from_context
+from airflow_provider.utils.observability import redact
+from airflow_provider.utils.schema import to_arrow_schema
+from airflow_provider.utils.sql import iter_sql_batches
+from zerobus_orchestration.config import Role
+from zerobus_orchestration.errors import ConfigError, PlanRefusedError, WriteBoundaryError
+from zerobus_orchestration.files import iter_file_batches, resolve_files
+
+if TYPE_CHECKING:
+    from airflow.providers.common.sql.hooks.sql import DbApiHook
+
+# Keys of the runtime's WriteResult that go to XCom: numbers and names only, never config or secrets.
+SUMMARY_KEYS = (
+    "table",
+    "source",
+    "partition",
+    "rows_written",
+    "rows_skipped",
+    "bytes_written",
+    "offset_start",
+    "offset_end",
+    "streams_used",
+    "coalesce_ratio_p50",
+    "delivery_latency_p50_s",
+    "delivery_latency_p99_s",
+    "delta_version",
+    "duration_s",
+)
+
+
+class ZerobusIngestOperator(ZerobusBaseOperator):
+    """Write files or a SQL result into ``table`` through Zerobus; XCom gets a small summary.
+
+    Give exactly one source:
+
+    :param path: a Parquet / Arrow IPC / CSV file, a glob, a URI (``s3://...``) or a list of them;
+        templated, so it may also be an upstream task's output (``path=extract()`` or a ``xcom_pull``).
+    :param sql: a query (or ``.sql`` file) run through ``sql_conn_id``, any common-sql ``DbApiHook``
+        connection; rows are fetched ``fetch_rows`` at a time.
+
+    :param table: target table (``catalog.schema.table``); created and evolved from the Arrow schema.
+    :param file_format: ``parquet``, ``arrow`` or ``csv``; inferred from the file suffix when unset.
+    :param parameters: bind parameters for ``sql``.
+    :param schema: ``pyarrow.Schema`` or ``{column: "arrow type"}``: reconciled before the first row
+        is sent when ``reconcile_first``, and pins SQL column types.
+    :param descriptions: column comments ``{column: text}`` managed on the table.
+    :param role: ``primary_raw`` or ``derived``; the connection's default when unset.
+    :param reconcile_first: plan and apply the table change before pushing (fails the task on a
+        refused change without sending anything).
+    :param batch_rows: rows per Arrow batch read from files.
+    :param fetch_rows: rows per ``fetchmany`` from SQL.
+    :param allow_empty: skip the task (instead of failing) when a glob matches no files.
+    :param resume: skip rows an earlier try of this task instance already delivered.
+    """
+
+    template_fields: Sequence[str] = (
+        "table",
+        "path",
+        "file_format",
+        "sql",
+        "sql_conn_id",
+        "parameters",
+        "descriptions",
+        "role",
+        "zerobus_conn_id",
+        "config_overrides",
+    )
+    template_ext: Sequence[str] = (".sql",)
+    template_fields_renderers = {"sql": "sql", "parameters": "json", "descriptions": "json"}
+    ui_color = "#e8f4fd"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        path: str | Sequence[str] | XComArg | None = None,
+        file_format: str | None = None,
+        sql: str | None = None,
+        sql_conn_id: str | None = None,
+        parameters: Sequence[Any] | Mapping[str, Any] | None = None,
+        schema: pa.Schema | Mapping[str, str] | None = None,
+        descriptions: Mapping[str, str] | None = None,
+        role: str | None = None,
+        reconcile_first: bool = False,
+        batch_rows: int = 65_536,
+        fetch_rows: int = 10_000,
+        allow_empty: bool = False,
+        resume: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if (path is None) == (sql is None):
+            raise ValueError(
+                f"{self.task_id}: give exactly one source, path=... or sql=... (with sql_conn_id)"
+            )
+        if sql is not None and not sql_conn_id:
+            raise ValueError(
+                f"{self.task_id}: sql=... needs sql_conn_id, a common-sql (DbApiHook) connection"
+            )
+        self.table = table
+        self.path = path
+        self.file_format = file_format
+        self.sql = sql
+        self.sql_conn_id = sql_conn_id
+        self.parameters = parameters
+        self.schema = schema
+        self.descriptions = descriptions
+        self.role = role
+        self.reconcile_first = reconcile_first
+        self.batch_rows = batch_rows
+        self.fetch_rows = fetch_rows
+        self.allow_empty = allow_empty
+        self.resume = resume
+
+    # --- sources ------------------------------------------------------------------------------------
+
+    def _sql_hook(self) -> DbApiHook:
+        from airflow.providers.common.sql.hooks.sql import DbApiHook
+
+        assert self.sql_conn_id is not None
+        hook = BaseHook.get_connection(self.sql_conn_id).get_hook()  # type: ignore[no-untyped-call]
+        if not isinstance(hook, DbApiHook):
+            raise AirflowFailException(
+                f"{self.task_id}: connection {self.sql_conn_id!r} gives {type(hook).__name__}, not a "
+                "common-sql DbApiHook; use a SQL database connection (sqlite, postgres, databricks_sql, ...)"
+            )
+        return hook
+
+    def _batches(self, target_schema: pa.Schema | None) -> Iterator[pa.RecordBatch]:
+        if self.sql is not None:
+            return iter_sql_batches(
+                self._sql_hook(),
+                self.sql,
+                parameters=self.parameters,
+                fetch_rows=self.fetch_rows,
+                schema=target_schema,
+            )
+        if not isinstance(self.path, str | list | tuple):
+            raise AirflowFailException(
+                f"{self.task_id}: path rendered to {type(self.path).__name__}; give a path, a glob or a list"
+            )
+        files = resolve_files(self.path, self.file_format)
+        if not files.paths:
+            message = f"{self.task_id}: no input file matches {self.path!r}"
+            if self.allow_empty:
+                raise AirflowSkipException(message)
+            raise AirflowFailException(f"{message}; check the path or set allow_empty=True")
+        self.log.info("ingesting %d %s file(s) into %s", len(files.paths), files.format.value, self.table)
+        return iter_file_batches(files, self.batch_rows)
+
+    def _reconcile_first(
+        self, batches: Iterator[pa.RecordBatch], schema: pa.Schema | None
+    ) -> Iterator[pa.RecordBatch]:
+        """Apply the table change before anything is pushed; peeks one batch when no schema was given."""
+        first: list[pa.RecordBatch] = []
+        if schema is None:
+            first = [batch for batch in (next(batches, None),) if batch is not None]
+            if not first:
+                return iter(())
+            schema = first[0].schema
+        outcome = self.hook.reconcile(self.table, schema, role=self._role(), descriptions=self.descriptions)
+        self.log.info(
+            "reconciled %s: applied=%s version %s -> %s",
+            self.table,
+            outcome.applied,
+            outcome.version_before,
+            outcome.version_after,
+        )
+        return _chain(first, batches)
+
+    def _role(self) -> Role | None:
+        if self.role is None or self.role == "":
+            return None
+        try:
+            return Role(str(self.role))
+        except ValueError:
+            raise AirflowFailException(
+                f"{self.task_id}: role {self.role!r} is not one of {[r.value for r in Role]}"
+            ) from None
+
+    # --- execute ------------------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        source, partition = coverage_keys_from_context(context, self)
+        summary: dict[str, Any] | None = None
+        try:
+            target_schema = to_arrow_schema(self.schema) if self.schema is not None else None
+            batches = self._batches(target_schema)
+            if self.reconcile_first:
+                batches = self._reconcile_first(batches, target_schema)
+            result = self.hook.write(
+                self.table,
+                batches,
+                source=source,
+                partition=partition,
+                descriptions=self.descriptions,
+                role=self._role(),
+                resume=self.resume,
+            )
+            raw = result.as_dict()
+            summary = {key: raw[key] for key in SUMMARY_KEYS if key in raw}
+            summary.update(source=source, partition=partition)
+            self.log.info(
+                "%s: %s rows written, %s skipped (already delivered by an earlier try), Delta version %s",
+                self.table,
+                summary.get("rows_written"),
+                summary.get("rows_skipped"),
+                summary.get("delta_version"),
+            )
+        except (PlanRefusedError, WriteBoundaryError, ConfigError) as exc:
+            # Bad input or a refused table change: a retry sends the same data and fails the same way.
+            raise AirflowFailException(f"{self.task_id}: {exc}") from exc
+        finally:
+            self.report_and_release(summary, tables=[str(summary["table"]) if summary else self.table])
+        return redact(summary)  # type: ignore[no-any-return]
+
+
+def _chain(first: list[pa.RecordBatch], rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield from first
+    yield from rest

@@ -1,0 +1,1 @@
+"""``ZerobusReadbackSensor``: wait for Iceberg to show delivered rows."""

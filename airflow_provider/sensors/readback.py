@@ -1,0 +1,158 @@
+"""``ZerobusReadbackSensor``: succeed once Iceberg read-back shows the rows Zerobus delivered.
+
+Deferrable by default when ``[operators] default_deferrable`` is on: one fast check in the worker, then
+``ZerobusReadbackTrigger`` waits in the triggerer with an absolute deadline. Non-deferrable, it pokes
+with the same single ``readback_once`` attempt. A missing table or a lagging snapshot means "not yet";
+a permanent error fails the task without retries.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
+
+from airflow_provider.hooks.zerobus import ZerobusHook
+from airflow_provider.operators.base import coverage_keys, drain_report_release
+from airflow_provider.triggers.readback import ZerobusReadbackTrigger
+from airflow_provider.utils.readback import Attempt, Status, judge_error, judge_report
+
+
+class ZerobusReadbackSensor(BaseSensorOperator):
+    """Wait until ``table`` reads back through Iceberg, verified against coverage.
+
+    What is verified, narrowest first:
+
+    :param ingest_task_id: the ``ZerobusIngestOperator`` of this DAG run whose rows to verify (its
+        coverage keys ``<dag_id>/<task_id>`` and ``<run_id>/<map_index>``).
+    :param ingest_map_index: that task's map index (default ``-1``: not mapped).
+    :param source: / :param partition: explicit coverage keys instead; neither set = the whole table.
+
+    :param table: the table.
+    :param deferrable: wait in the triggerer (default from ``[operators] default_deferrable``).
+    :param max_poll_interval: ceiling of the trigger's growing poll interval, seconds.
+    """
+
+    template_fields: Sequence[str] = (
+        "table",
+        "ingest_task_id",
+        "source",
+        "partition",
+        "zerobus_conn_id",
+        "config_overrides",
+    )
+    ui_color = "#eaf7ea"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        ingest_task_id: str | None = None,
+        ingest_map_index: int = -1,
+        source: str | None = None,
+        partition: str | None = None,
+        zerobus_conn_id: str = ZerobusHook.default_conn_name,
+        config_overrides: Mapping[str, Any] | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        max_poll_interval: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if ingest_task_id is not None and (source is not None or partition is not None):
+            raise ValueError(f"{self.task_id}: give ingest_task_id or source/partition, not both")
+        self.table = table
+        self.ingest_task_id = ingest_task_id
+        self.ingest_map_index = ingest_map_index
+        self.source = source
+        self.partition = partition
+        self.zerobus_conn_id = zerobus_conn_id
+        self.config_overrides = dict(config_overrides or {})
+        self.deferrable = deferrable
+        self.max_poll_interval = max_poll_interval
+
+    @cached_property
+    def hook(self) -> ZerobusHook:
+        return ZerobusHook(zerobus_conn_id=self.zerobus_conn_id, config_overrides=self.config_overrides)
+
+    def _keys(self, context: Context) -> tuple[str | None, str | None]:
+        if self.ingest_task_id:
+            return coverage_keys(
+                self.dag_id, self.ingest_task_id, str(context["run_id"]), self.ingest_map_index
+            )
+        return self.source or None, self.partition or None
+
+    def _attempt(self, context: Context) -> Attempt:
+        source, partition = self._keys(context)
+        try:
+            report = self.hook.readback_once(self.table, source=source, partition=partition)
+        except Exception as exc:
+            return judge_error(exc, self.table)
+        return judge_report(report, self.table)
+
+    def _succeed(self, report: dict[str, Any] | None) -> dict[str, Any]:
+        self.log.info("%s: read-back verified %s", self.table, report)
+        return {"table": self.table, **(report or {})}
+
+    def _finish_attempt(self, context: Context) -> Attempt:
+        """One attempt, then drain and release; health is logged only when the wait is over."""
+        attempt = Attempt(Status.ERROR, f"{self.table}: read-back did not run")
+        try:
+            attempt = self._attempt(context)
+        finally:
+            if attempt.status is Status.PENDING:
+                self.hook.release()  # a poke every few seconds: keep the log to the one-line status
+            else:
+                drain_report_release(self.hook, self.log, tables=[self.table], task=self.task_id)
+        return attempt
+
+    def poke(self, context: Context) -> bool | PokeReturnValue:
+        attempt = self._finish_attempt(context)
+        if attempt.status is Status.ERROR:
+            raise AirflowFailException(f"{self.task_id}: {attempt.message}")
+        if attempt.status is Status.SUCCESS:
+            return PokeReturnValue(is_done=True, xcom_value=self._succeed(attempt.report))
+        self.log.info("%s", attempt.message)
+        return False
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        attempt = self._finish_attempt(context)  # cheap check first: often there is nothing to wait for
+        if attempt.status is Status.SUCCESS:
+            return self._succeed(attempt.report)
+        if attempt.status is Status.ERROR:
+            raise AirflowFailException(f"{self.task_id}: {attempt.message}")
+        source, partition = self._keys(context)
+        self.log.info("%s; deferring for up to %.0fs", attempt.message, self.timeout)
+        self.defer(
+            trigger=ZerobusReadbackTrigger(
+                table=self.table,
+                end_time=time.time() + self.timeout,
+                zerobus_conn_id=self.zerobus_conn_id,
+                source=source,
+                partition=partition,
+                poll_interval=float(self.poke_interval),
+                max_poll_interval=self.max_poll_interval,
+                config_overrides=self.config_overrides,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        status = event.get("status")
+        message = str(event.get("message", ""))
+        # Resumed in a fresh worker process: no runtime here, so the end-of-task line is the report.
+        self.log.info("read-back trigger finished after %s poll(s): %s", event.get("polls"), message)
+        if status == Status.SUCCESS:
+            return self._succeed(event.get("report"))
+        if status == Status.TIMEOUT:
+            raise AirflowSensorTimeout(f"{self.task_id}: {message}")
+        if status == Status.ERROR:
+            raise AirflowFailException(f"{self.task_id}: {message}")
+        raise AirflowException(f"{self.task_id}: unexpected trigger event {event!r}")

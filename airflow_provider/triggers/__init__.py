@@ -1,0 +1,1 @@
+"""``ZerobusReadbackTrigger``: the read-back wait, run by the triggerer."""

@@ -1,0 +1,115 @@
+"""``ZerobusReadbackTrigger``: wait in the triggerer until Iceberg shows what Zerobus delivered.
+
+Receives only primitives and an absolute deadline (``end_time``, epoch seconds), because ``serialize()``
+is captured once and the trigger may be re-created on another triggerer. It keeps no cursor: every poll
+is a fresh, read-only ``readback_once`` run in a worker thread (pyiceberg is synchronous), with the
+connection read asynchronously. It yields exactly one event, ``status`` success / error / timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_provider.hooks.zerobus import ZerobusHook
+from airflow_provider.utils.readback import Attempt, Status, judge_error, judge_report
+
+CLASSPATH = "airflow_provider.triggers.readback.ZerobusReadbackTrigger"
+
+
+class ZerobusReadbackTrigger(BaseTrigger):
+    """Poll read-back of ``table`` (optionally one coverage ``source`` / ``partition``) until ``end_time``.
+
+    :param poll_interval: first pause between polls, seconds; grows by half each poll up to
+        ``max_poll_interval`` (Iceberg conversion lag is seconds to minutes).
+    """
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        end_time: float,
+        zerobus_conn_id: str = ZerobusHook.default_conn_name,
+        source: str | None = None,
+        partition: str | None = None,
+        poll_interval: float = 1.0,
+        max_poll_interval: float = 30.0,
+        config_overrides: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.table = table
+        self.end_time = float(end_time)
+        self.zerobus_conn_id = zerobus_conn_id
+        self.source = source
+        self.partition = partition
+        self.poll_interval = float(poll_interval)
+        self.max_poll_interval = float(max_poll_interval)
+        self.config_overrides = dict(config_overrides or {})
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            CLASSPATH,
+            {
+                "table": self.table,
+                "end_time": self.end_time,
+                "zerobus_conn_id": self.zerobus_conn_id,
+                "source": self.source,
+                "partition": self.partition,
+                "poll_interval": self.poll_interval,
+                "max_poll_interval": self.max_poll_interval,
+                "config_overrides": self.config_overrides,
+            },
+        )
+
+    def _event(
+        self, status: Status, message: str, polls: int, report: dict[str, Any] | None = None
+    ) -> TriggerEvent:
+        return TriggerEvent(  # type: ignore[no-untyped-call]
+            {
+                "status": status.value,
+                "message": message,
+                "table": self.table,
+                "source": self.source,
+                "partition": self.partition,
+                "polls": polls,
+                "report": report,
+            }
+        )
+
+    async def _attempt(self, hook: ZerobusHook) -> Attempt:
+        try:
+            report = await hook.areadback_once(self.table, source=self.source, partition=self.partition)
+        except Exception as exc:
+            return judge_error(exc, self.table)
+        return judge_report(report, self.table)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        hook = ZerobusHook(zerobus_conn_id=self.zerobus_conn_id, config_overrides=self.config_overrides)
+        try:
+            event = await self._poll_until_done(hook)
+            # Release before yielding: after the one event the generator may be dropped without being
+            # resumed (dag.test() does), and a finally that awaits would then run without a loop.
+            if hook.runtime_acquired:
+                await asyncio.to_thread(hook.release)
+        finally:
+            if hook.runtime_acquired:  # cancelled mid-poll: triggers only read, so this is quick
+                hook.release()
+        yield event
+
+    async def _poll_until_done(self, hook: ZerobusHook) -> TriggerEvent:
+        polls = 0
+        interval = self.poll_interval
+        while time.time() < self.end_time:
+            polls += 1
+            attempt = await self._attempt(hook)
+            if attempt.status is not Status.PENDING:
+                return self._event(attempt.status, attempt.message, polls, attempt.report)
+            self.log.info("%s (poll %d); next poll in %.1fs", attempt.message, polls, interval)
+            await asyncio.sleep(max(0.0, min(interval, self.end_time - time.time())))
+            interval = min(interval * 1.5, self.max_poll_interval)
+        message = f"{self.table}: Iceberg did not show the delivered rows before the deadline"
+        return self._event(Status.TIMEOUT, message, polls)

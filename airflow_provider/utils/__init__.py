@@ -1,0 +1,1 @@
+"""Airflow-free helpers: connection mapping, sources, schemas, read-back judgement, log summaries."""

@@ -1,0 +1,155 @@
+"""A ``zerobus`` Airflow connection, as plain values, mapped onto the core ``ZerobusConfig``.
+
+Kept free of Airflow imports so the mapping is testable on its own and usable from a trigger after the
+connection was fetched asynchronously. Field mapping (see ``get_provider_info`` for the UI side):
+
+- Host -> ``endpoint`` (Zerobus endpoint). Empty Host, or the ``embedded`` extra, selects the embedded
+  emulator, which the runtime starts on the ``warehouse`` path.
+- Login / Password -> OAuth M2M client id / secret (secret kept as ``SecretStr``).
+- extras ``workspace_url``, ``warehouse_id`` (SQL warehouse for DDL), ``embedded``, ``warehouse``, and
+  ``config``: a nested mapping of any other ``ZerobusConfig`` knob (e.g. ``{"emulator": {"iceberg_lag_s":
+  0.5}}``), applied under the named fields.
+
+Each extra is read under its plain name first (Airflow >= 3.2 UI), then as ``extra__zerobus__<name>``
+(older UIs).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from zerobus_orchestration.config import ZerobusConfig, load_config
+from zerobus_orchestration.errors import ConfigError
+
+CONN_TYPE = "zerobus"
+_PREFIX = f"extra__{CONN_TYPE}__"
+_TRUE = frozenset({"1", "true", "yes", "on", "y", "t"})
+_FALSE = frozenset({"0", "false", "no", "off", "n", "f", ""})
+
+
+@dataclass(frozen=True)
+class ConnectionFields:
+    """The parts of an Airflow ``Connection`` the mapping reads; ``extra`` already decoded."""
+
+    conn_id: str
+    host: str | None = None
+    port: int | None = None
+    login: str | None = None
+    password: str | None = field(default=None, repr=False)
+    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, conn: Any, extra: Mapping[str, Any]) -> ConnectionFields:
+        """From an Airflow ``Connection`` (sync or async fetched) and its decoded extras."""
+        return cls(
+            conn_id=str(conn.conn_id),
+            host=conn.host or None,
+            port=conn.port or None,
+            login=conn.login or None,
+            password=conn.password or None,
+            extra=dict(extra),
+        )
+
+
+def extra_value(extra: Mapping[str, Any], name: str) -> Any:
+    """The plain key first, then the ``extra__zerobus__`` prefixed one; empty strings count as unset."""
+    for key in (name, f"{_PREFIX}{name}"):
+        value = extra.get(key)
+        if value is not None and value != "":
+            return value
+    return None
+
+
+def _as_bool(value: Any, *, conn_id: str, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"connection {conn_id!r}: extra {name!r} must be true or false (got {value!r})")
+
+
+def _as_mapping(value: Any, *, conn_id: str, name: str) -> dict[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"connection {conn_id!r}: extra {name!r} is not valid JSON: {exc}") from None
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"connection {conn_id!r}: extra {name!r} must be a JSON object of zerobus settings")
+    return dict(value)
+
+
+def _endpoint(fields: ConnectionFields) -> str:
+    host = (fields.host or "").strip().rstrip("/")
+    if "://" not in host:
+        host = f"https://{host}"
+    scheme, _, rest = host.partition("://")
+    if fields.port and ":" not in rest.split("/", 1)[0]:
+        head, slash, tail = rest.partition("/")
+        rest = f"{head}:{fields.port}{slash}{tail}"
+    return f"{scheme}://{rest}"
+
+
+def is_embedded(fields: ConnectionFields) -> bool:
+    flag = extra_value(fields.extra, "embedded")
+    if flag is not None and _as_bool(flag, conn_id=fields.conn_id, name="embedded"):
+        return True
+    return not (fields.host or "").strip()
+
+
+def config_from_connection(
+    fields: ConnectionFields, overrides: Mapping[str, Any] | None = None
+) -> ZerobusConfig:
+    """The ``ZerobusConfig`` a connection describes; ``overrides`` (e.g. from a hook argument) win.
+
+    ``ZEROBUS_*`` environment variables are deliberately not read: the connection is the one source of
+    truth for a task, so two tasks with different connections never share settings by accident.
+    """
+    extra = fields.extra
+    data: dict[str, Any] = {}
+    advanced = extra_value(extra, "config")
+    if advanced is not None:
+        data = _as_mapping(advanced, conn_id=fields.conn_id, name="config")
+
+    embedded = is_embedded(fields)
+    named: dict[str, Any] = {
+        "endpoint": None if embedded else _endpoint(fields),
+        "workspace_url": extra_value(extra, "workspace_url"),
+        "client_id": fields.login,
+        "client_secret": fields.password,
+        "warehouse": extra_value(extra, "warehouse"),
+    }
+    warehouse_id = extra_value(extra, "warehouse_id")
+    catalog = dict(data.get("catalog") or {})
+    if warehouse_id is not None:
+        catalog["sql_warehouse_id"] = str(warehouse_id)
+    if not embedded:
+        # A real Zerobus endpoint writes Unity Catalog tables; the local catalog only fits the emulator.
+        catalog.setdefault("backend", "unity")
+    if catalog:
+        data["catalog"] = catalog
+    for key, value in named.items():
+        if value is not None:
+            data[key] = value
+    if embedded:
+        data.pop("endpoint", None)
+    try:
+        return load_config(None, environ={}, **_deep_merge(data, dict(overrides or {})))
+    except ConfigError as exc:
+        raise ConfigError(f"connection {fields.conn_id!r}: {exc}") from None
+
+
+def _deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

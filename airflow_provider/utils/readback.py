@@ -1,0 +1,88 @@
+"""One read-back attempt, judged the same way by the poking sensor and the deferred trigger.
+
+- ``success``: Iceberg shows every delivered range, once (the report is verified).
+- ``pending``: not yet: the table or namespace is not there yet, the Iceberg snapshot lags
+  (``readback_once`` returned ``None``), or a transient failure (network, timeout, service busy).
+- ``error``: a permanent problem a wait will not fix: bad configuration, auth, a verified mismatch
+  (duplicates, rows outside coverage) reported by the read-back itself.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from airflow_provider.utils.observability import redact
+from zerobus_orchestration.errors import ErrorClass, ZerobusOrchestrationError
+
+
+class Status(StrEnum):
+    SUCCESS = "success"
+    PENDING = "pending"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+
+
+# Exception class names that mean "the table is not there yet" (pyiceberg, without importing it).
+_ABSENT_CLASSES = frozenset(
+    {
+        "NoSuchTableError",
+        "NoSuchNamespaceError",
+        "NoSuchIcebergTableError",
+        "NoSuchViewError",
+        "TableNotFound",
+    }
+)
+_ABSENT_TEXT = re.compile(
+    r"does not exist|not found|no such table|no such namespace|table_or_view_not_found", re.I
+)
+_TRANSIENT_CLASSES = frozenset(
+    {
+        "ServerError",
+        "ServiceUnavailableError",
+        "ConnectTimeout",
+        "ReadTimeout",
+        "ConnectionError",
+        "CommitFailedException",
+    }
+)
+_RETRYABLE = frozenset({ErrorClass.TRANSIENT, ErrorClass.POISON, ErrorClass.CONCURRENCY_REJECT})
+
+
+@dataclass(frozen=True)
+class Attempt:
+    status: Status
+    message: str
+    report: dict[str, Any] | None = field(default=None)
+
+
+def _report_dict(report: Any) -> dict[str, Any]:
+    raw = report.as_dict() if hasattr(report, "as_dict") else dict(report)
+    return redact(raw)  # type: ignore[no-any-return]
+
+
+def judge_report(report: Any | None, table: str) -> Attempt:
+    """The outcome of ``readback_once``'s return value."""
+    if report is None:
+        return Attempt(Status.PENDING, f"{table}: Iceberg metadata has not caught up yet")
+    data = _report_dict(report)
+    if bool(getattr(report, "verified", data.get("verified"))):
+        return Attempt(Status.SUCCESS, f"{table}: read-back verified", data)
+    return Attempt(Status.ERROR, f"{table}: read-back found a mismatch: {data}", data)
+
+
+def is_not_yet(exc: BaseException) -> bool:
+    """A missing table or a transient failure: keep waiting."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & _ABSENT_CLASSES or names & _TRANSIENT_CLASSES:
+        return True
+    if isinstance(exc, ZerobusOrchestrationError):
+        return exc.error_class in _RETRYABLE or bool(_ABSENT_TEXT.search(str(exc)))
+    return isinstance(exc, TimeoutError | ConnectionError)
+
+
+def judge_error(exc: BaseException, table: str) -> Attempt:
+    status = Status.PENDING if is_not_yet(exc) else Status.ERROR
+    return Attempt(status, f"{table}: {type(exc).__name__}: {exc}")

@@ -1,0 +1,69 @@
+"""A SQL query through any common-sql ``DbApiHook`` -> Arrow record batches, ``fetch_rows`` at a time.
+
+``DbApiHook.get_records`` materialises the whole result; a DB-API cursor with ``fetchmany`` keeps memory
+at one batch. Column types are inferred per batch from the Python values, then pinned: once a column was
+seen with a concrete type, later batches (where it may be all NULL) are built with that type. Pass
+``schema`` to pin types up front (needed when the first rows of a column are all NULL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing
+from typing import Any
+
+import pyarrow as pa
+
+from zerobus_orchestration.errors import ConfigError
+
+
+def _build_batch(
+    names: Sequence[str], rows: Sequence[Sequence[Any]], known: dict[str, pa.DataType]
+) -> pa.RecordBatch:
+    columns = {name: [row[i] for row in rows] for i, name in enumerate(names)}
+    arrays: list[pa.Array] = []
+    for name, values in columns.items():
+        pinned = known.get(name)
+        try:
+            array = pa.array(values, type=pinned) if pinned is not None else pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+            raise ConfigError(
+                f"SQL column {name!r}: a value does not fit {pinned} ({exc}); cast it in the query or pass "
+                f"schema={{{name!r}: '<arrow type>'}}"
+            ) from None
+        if pinned is None and not pa.types.is_null(array.type):
+            known[name] = array.type
+        arrays.append(array)
+    return pa.RecordBatch.from_arrays(arrays, names=list(names))
+
+
+def iter_sql_batches(
+    hook: Any,
+    sql: str,
+    *,
+    parameters: Sequence[Any] | Mapping[str, Any] | None = None,
+    fetch_rows: int = 10_000,
+    schema: pa.Schema | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Run ``sql`` on ``hook.get_conn()`` and yield its rows in order. Add ORDER BY for resumable retries."""
+    if fetch_rows < 1:
+        raise ConfigError(f"fetch_rows must be at least 1 (got {fetch_rows})")
+    known: dict[str, pa.DataType] = {f.name: f.type for f in schema} if schema is not None else {}
+    with closing(hook.get_conn()) as conn, closing(conn.cursor()) as cursor:
+        if parameters is None:
+            cursor.execute(sql)
+        else:
+            cursor.execute(sql, parameters)
+        if cursor.description is None:
+            raise ConfigError("the SQL statement returned no result set; give a SELECT query")
+        names = [str(column[0]) for column in cursor.description]
+        unknown = sorted(set(known) - set(names))
+        if unknown:
+            raise ConfigError(
+                f"schema names columns {unknown} the query does not return (it returns {names})"
+            )
+        while True:
+            rows = cursor.fetchmany(fetch_rows)
+            if not rows:
+                return
+            yield _build_batch(names, rows, known)
