@@ -67,7 +67,7 @@ def demo(
     cfg = resolve_config(config, warehouse)
     summary = run_demo(cfg, rows=rows, progress=not as_json and sys.stderr.isatty())
     emit(summary, as_json, render_summary(summary))
-    if not summary.get("verified", False):
+    if not (summary.get("verified") and summary.get("success", True)):
         raise typer.Exit(1)
 
 

@@ -597,6 +597,13 @@ def acquire_runtime(config: ZerobusConfig) -> ZerobusRuntime:
         return runtime
 
 
+def running_runtime(config: ZerobusConfig) -> ZerobusRuntime | None:
+    """This process's runtime for ``config`` if one is running; never starts one (progress displays)."""
+    with _registry_lock:
+        entry = _runtimes.get((os.getpid(), config.config_hash()))
+    return None if entry is None else entry[0]
+
+
 def release_runtime(config: ZerobusConfig) -> None:
     """Drop one reference. The runtime stays: it is meant to outlive a step, a task try or a tick."""
     key = (os.getpid(), config.config_hash())

@@ -172,15 +172,16 @@ def test_poison_stops_confirming_keeps_unconfirmed_and_reports(metrics: SinkMetr
     assert metrics.sample("zerobus_ack_lane_poisoned_total", {"table": "main.test.t", "stream": "0"}) == 1
 
 
-def test_full_channel_makes_reserve_wait_until_the_lane_receives(metrics: SinkMetrics) -> None:
+def test_full_channel_makes_reserve_wait_until_confirmations_fire(metrics: SinkMetrics) -> None:
     stream = ScriptedStream()
-    lane = make_lane(stream, metrics, WatermarkRecorder(stream), capacity=2)
+    lane = make_lane(stream, metrics, WatermarkRecorder(stream), capacity=2).start()
     submit(lane, stream, 0)
     submit(lane, stream, 1)
-    assert lane.reserve(timeout=0.05) is False  # full: the push would wait (backpressure)
-    lane.start()  # the lane receives the burst, which frees the channel
+    assert lane.reserve(timeout=0.05) is False  # two pending acks: the push would wait (backpressure)
+    assert lane.backpressured is False  # the timed-out pusher is no longer waiting
+    stream.ack_to(1)  # only the durable ack (and its confirmations) frees the slots
     assert lane.reserve(timeout=5) is True
     lane.release()
-    stream.ack_to(1)
     assert lane.wait_idle(timeout=10)
     lane.stop()
+    assert lane.outstanding == 0

@@ -250,3 +250,19 @@ def test_schema_change_drains_and_reopens_every_member_with_the_new_schema(metri
     assert all("extra" in s.schema.names for s in streams[2:])
     assert recorder.covered() == 4 and pool.health().rebuilds == 0  # a re-open is not a rebuild
     pool.close()
+
+
+def test_registry_reuses_one_long_lived_pool_per_table(metrics: SinkMetrics) -> None:
+    from zerobus_orchestration.sink.registry import close_all, pool_for
+
+    transport = MemoryTransport()
+    first = ZerobusSink.open(transport, TABLE, source="run-1", metrics=metrics)
+    first.push(rows(0, 2))
+    first.close()  # a sink's close drains but keeps the process's streams
+    second = ZerobusSink.open(transport, TABLE, source="run-2", metrics=metrics)
+    second.push(rows(0, 2))
+    second.close()
+    assert first.pool is second.pool is pool_for(transport, TABLE)
+    assert len(transport.streams(TABLE)) == first.pool.size  # no stream per run
+    close_all()
+    assert first.pool.closing

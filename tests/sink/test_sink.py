@@ -279,3 +279,13 @@ def test_push_at_places_rows_at_explicit_positions_for_resume(metrics: SinkMetri
     ]
     assert sink.finish()[1] == OffsetRange(0, 15)
     pool.close()
+
+
+def test_context_exit_on_error_still_drains_and_keeps_the_error(metrics: SinkMetrics) -> None:
+    recorder = CountingRecorder()
+    pool = make_pool(MemoryTransport(LatencyModel(base_s=0.005)), metrics, recorder)
+    with pytest.raises(RuntimeError, match="asset failed"), ZerobusSink(pool, source="s") as sink:
+        sink.push(rows(0, 3))
+        raise RuntimeError("asset failed")
+    assert recorder.spans() == [OffsetRange(0, 3)]  # what was submitted was drained, not lost
+    pool.close()

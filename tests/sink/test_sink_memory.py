@@ -46,8 +46,8 @@ def test_reader_streaming_memory_is_bounded_by_channel_capacity(metrics: SinkMet
 
     sample = pa.record_batch([pa.array(range(ROWS_PER_BATCH), pa.int64())], schema=schema)
     stamped_bytes = sample.nbytes * 4  # payload + emit ts + source + offset columns, generously
-    # At most `capacity` queued plus `capacity` in hand per stream, plus the batch being prepared.
-    bound = (2 * CAPACITY * STREAMS + 4) * stamped_bytes
+    # At most `capacity` pending acks per stream, plus the batches being read and prepared.
+    bound = (CAPACITY * STREAMS + 4) * stamped_bytes
     total_input = BATCHES * sample.nbytes
     assert peak <= bound, f"peak {peak} bytes > bound {bound} (input {total_input})"
     assert peak < total_input / 5

@@ -179,10 +179,9 @@ class ZerobusSink:
         for batch, position in self._positioned(data, at):
             prepared = self._prepare(batch, position)
             if prepared is not None:
-                where = self.pool.submit(
+                self.pool.submit(
                     prepared.batch, self._confirmation(prepared.span), key=key or self.ordering_key
                 )
-                self.pool._members[where.member].stream.wait_for_offset(where.offset)  # REGRESSION: inline wait
 
     def send(self, data: ArrowInput, *, key: str | None = None, at: int | None = None) -> list[Receipt]:
         """Like ``push``, returning one ``Receipt`` per submitted batch."""

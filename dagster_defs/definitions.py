@@ -1,0 +1,88 @@
+"""``build_zerobus_definitions``: resource, IO manager, contract assets, checks, sensor and a job, wired."""
+
+from collections.abc import Sequence
+from typing import Any
+
+import dagster as dg
+
+from dagster_defs.checks import ZerobusContract, build_readback_check
+from dagster_defs.io_manager import ZerobusIOManager
+from dagster_defs.resource import ZerobusResource
+from dagster_defs.sensors import build_readback_sensor
+
+JOB_NAME = "zerobus_job"
+SENSOR_NAME = "zerobus_readback"
+READBACK_CHECK = "iceberg_readback"
+
+
+def _keys_of(assets: Sequence[Any]) -> list[dg.AssetKey]:
+    keys: list[dg.AssetKey] = []
+    for a in assets:
+        if isinstance(a, dg.AssetsDefinition):
+            keys.extend(a.keys)
+        elif isinstance(a, dg.AssetSpec):
+            keys.append(a.key)
+    return keys
+
+
+def build_zerobus_definitions(
+    *,
+    assets: Sequence[dg.AssetsDefinition | dg.AssetSpec],
+    tables: Sequence[ZerobusContract] = (),
+    resource: ZerobusResource | None = None,
+    io_manager: ZerobusIOManager | None = None,
+    catalog: str = "main",
+    schema: str | None = None,
+    resource_key: str = "zerobus",
+    io_manager_key: str = "io_manager",
+    readback_sensor: bool = True,
+    readback_checks: bool = False,
+    readback_assets: Sequence[dg.AssetKey] | None = None,
+    max_lag_s: float = 900.0,
+    executor: dg.ExecutorDefinition | None = dg.in_process_executor,
+    extra_resources: dict[str, Any] | None = None,
+) -> dg.Definitions:
+    """Definitions for ``assets`` written through Zerobus, with the ``tables``' contract assets and checks.
+
+    - ``resource``: default ``ZerobusResource()`` (embedded emulator on ./.zerobus/warehouse);
+    - ``io_manager``: default ``ZerobusIOManager(zerobus=resource, catalog=catalog, schema=schema)``,
+      bound as ``io_manager_key``;
+    - a job ``zerobus_job`` selecting every asset, contract and check (blocking checks gate only what is
+      selected), running in process by default: one pool per run instead of one per step process;
+    - the read-back sensor ``zerobus_readback`` over ``readback_assets`` (default: every asset given);
+      with ``readback_checks`` an ``iceberg_readback`` check per asset, reported by the sensor too.
+    """
+    zerobus = resource if resource is not None else ZerobusResource()
+    manager = io_manager or ZerobusIOManager(zerobus=zerobus, catalog=catalog, schema=schema)
+    all_assets = [*(c.asset for c in tables), *assets]
+    contract_checks = [c.checks for c in tables if c.checks is not None]
+    monitored = list(readback_assets) if readback_assets is not None else _keys_of(assets)
+    readback = [build_readback_check(k, name=READBACK_CHECK, resource_key=resource_key) for k in monitored]
+    checks = [*contract_checks, *(readback if readback_checks else [])]
+    sensors = (
+        [
+            build_readback_sensor(
+                monitored,
+                name=SENSOR_NAME,
+                resource_key=resource_key,
+                max_lag_s=max_lag_s,
+                check_name=READBACK_CHECK if readback_checks else None,
+            )
+        ]
+        if readback_sensor and monitored
+        else []
+    )
+    job = dg.define_asset_job(
+        JOB_NAME,
+        selection=dg.AssetSelection.all() | dg.AssetSelection.all_asset_checks(),
+        executor_def=executor,
+    )
+    resources: dict[str, Any] = {resource_key: zerobus, io_manager_key: manager, **(extra_resources or {})}
+    return dg.Definitions(
+        assets=all_assets,
+        asset_checks=checks,
+        sensors=sensors,
+        jobs=[job],
+        resources=resources,
+        executor=executor,
+    )

@@ -1,0 +1,294 @@
+"""``ZerobusIOManager``: asset outputs appended to Delta tables through Zerobus, inputs read back via Iceberg.
+
+A plain ``ConfigurableIOManagerFactory``, not ``DbIOManager``: Zerobus is append-only and write-only,
+so there is no delete-then-write and no read through the same connection (reference/dagster.md §2.3).
+Naming follows the DB IO managers (see ``naming.py``).
+
+``handle_output`` is the durability barrier: it returns only after the last batch of the output is
+durable (``runtime.write``), because errors in resource teardown never fail a run. Each run appends its
+own coverage (``partition = "<key>@<run_id>"``); a retried step of the same run resumes from coverage
+instead of sending its rows twice.
+
+No ``from __future__ import annotations``: Dagster resolves these annotations at runtime.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field
+
+from dagster_defs.handlers import (
+    ArrowTypeHandler,
+    ZerobusTypeHandler,
+    default_type_handlers,
+    handler_for_load,
+    handler_for_output,
+)
+from dagster_defs.metadata import (
+    COLUMN_SCHEMA,
+    descriptions_from_column_schema,
+    table_uri,
+    write_metadata,
+)
+from dagster_defs.naming import AssetOptions, TableRef, partition_for, source_for, table_ref
+from dagster_defs.resource import ZerobusResource
+from zerobus_orchestration.config import Role
+from zerobus_orchestration.errors import PlanRefusedError, WriteBoundaryError
+from zerobus_orchestration.reserved import is_reserved
+from zerobus_orchestration.runtime import ZerobusRuntime
+
+
+class ZerobusIOManager(dg.ConfigurableIOManagerFactory):  # type: ignore[type-arg]
+    """Appends asset outputs to ``<catalog>.<schema>.<table>`` through Zerobus; reads inputs back via Iceberg.
+
+    Accepts ``pyarrow.Table`` / ``RecordBatch`` / ``RecordBatchReader``, pandas and polars frames (extras).
+
+    .. code-block:: python
+
+        zerobus = ZerobusResource()                        # embedded emulator on ./.zerobus/warehouse
+        defs = dg.Definitions(
+            assets=[orders],
+            resources={"io_manager": ZerobusIOManager(zerobus=zerobus, catalog="main")},
+        )
+
+        @dg.asset(key=["raw", "orders"])                   # -> main.raw.orders
+        def orders() -> pa.Table: ...
+
+        @dg.asset(metadata={"zerobus/table": "main.sales.daily_totals"})   # explicit name
+        def totals(orders: pa.Table) -> pa.Table: ...
+
+    Per-asset definition metadata: ``zerobus/table`` (table or full name), ``schema`` / ``zerobus/schema``,
+    ``zerobus/role`` (``primary_raw`` | ``derived``), ``partition_expr`` (column holding the partition key,
+    used to filter partitioned inputs), ``dagster/column_schema`` (column descriptions become comments).
+    """
+
+    zerobus: ZerobusResource = Field(description="The Zerobus resource whose runtime writes and reads.")
+    catalog: str = Field(
+        default="main", description="Unity Catalog catalog of every table this manager writes."
+    )
+    schema_: str | None = Field(
+        default=None,
+        alias="schema",
+        description="Schema for every table; default: the asset key prefix, else 'default'. "
+        "Definition metadata 'schema' wins.",
+    )
+    role: Role | None = Field(
+        default=None,
+        description="Table role when the asset does not set zerobus/role: primary_raw or derived. "
+        "Default: the core config's role.",
+    )
+    include_reserved_columns: bool = Field(
+        default=False,
+        description="Keep the engine-owned _twg_* columns in loaded inputs.",
+    )
+    wait_for_readback: bool = Field(
+        default=True,
+        description="Before loading an input, wait (up to readback.wait_timeout_s) until Iceberg shows "
+        "everything delivered for the upstream asset.",
+    )
+
+    @staticmethod
+    def type_handlers() -> Sequence[ZerobusTypeHandler]:
+        return default_type_handlers()
+
+    @staticmethod
+    def default_load_type() -> type | None:
+        return pa.Table
+
+    def create_io_manager(self, context: dg.InitResourceContext) -> "ZerobusIO":
+        handlers = list(self.type_handlers())
+        default = next((h for h in handlers if h.handles_load(self.default_load_type())), ArrowTypeHandler())
+        return ZerobusIO(
+            zerobus=self.zerobus,
+            catalog=self.catalog,
+            schema=self.schema_,
+            role=self.role,
+            handlers=handlers,
+            default_handler=default,
+            include_reserved_columns=self.include_reserved_columns,
+            wait_for_readback=self.wait_for_readback,
+        )
+
+
+class ZerobusPandasIOManager(ZerobusIOManager):
+    """``ZerobusIOManager`` loading unannotated inputs as pandas DataFrames."""
+
+    @staticmethod
+    def default_load_type() -> type | None:
+        import pandas as pd
+
+        return pd.DataFrame
+
+
+class ZerobusPolarsIOManager(ZerobusIOManager):
+    """``ZerobusIOManager`` loading unannotated inputs as polars DataFrames."""
+
+    @staticmethod
+    def default_load_type() -> type | None:
+        import polars as pl
+
+        return pl.DataFrame  # type: ignore[no-any-return]
+
+
+def _asset_key(context: dg.OutputContext | dg.InputContext) -> dg.AssetKey:
+    if context.has_asset_key:
+        return context.asset_key
+    # An op output (no asset): the output name is the table, like the DB IO managers.
+    return dg.AssetKey([context.name or "output"])
+
+
+def _partition_label(context: dg.OutputContext) -> str | None:
+    if not context.has_asset_partitions:
+        return None
+    keys = list(context.asset_partition_keys)
+    if len(keys) == 1:
+        return keys[0]
+    return f"{keys[0]}...{keys[-1]}"  # a single-run backfill of a range writes one coverage partition
+
+
+def _drain_quietly(rt: ZerobusRuntime, context: dg.OutputContext) -> None:
+    try:
+        rt.flush()
+    except Exception as exc:  # the original failure is what the step must report
+        context.log.warning(f"zerobus: draining after a failed write also failed: {exc}")
+
+
+class ZerobusIO(dg.IOManager):
+    def __init__(
+        self,
+        *,
+        zerobus: ZerobusResource,
+        catalog: str,
+        schema: str | None,
+        role: Role | None,
+        handlers: Sequence[ZerobusTypeHandler],
+        default_handler: ZerobusTypeHandler,
+        include_reserved_columns: bool,
+        wait_for_readback: bool,
+    ) -> None:
+        self._zerobus = zerobus
+        self._catalog = catalog
+        self._schema = schema
+        self._role = role
+        self._handlers = handlers
+        self._default = default_handler
+        self._include_reserved = include_reserved_columns
+        self._wait_for_readback = wait_for_readback
+
+    def _ref(self, key: dg.AssetKey, options: AssetOptions) -> TableRef:
+        return table_ref(key, catalog=self._catalog, schema=self._schema, options=options)
+
+    # -- write -----------------------------------------------------------------------------------
+
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        key = _asset_key(context)
+        where = f"asset {key.to_user_string()}"
+        if obj is None:
+            context.log.warning(f"{where} returned None; nothing was written to Zerobus")
+            return
+        options = AssetOptions.from_metadata(context.definition_metadata, where=where)
+        ref = self._ref(key, options)
+        handler = handler_for_output(self._handlers, obj, where=where)
+        data = handler.to_arrow(obj)
+        schema = data.schema
+        described = descriptions_from_column_schema((context.definition_metadata or {}).get(COLUMN_SCHEMA))
+        descriptions = {k: v for k, v in described.items() if k in schema.names and not is_reserved(k)}
+        source = source_for(key)
+        partition = partition_for(context.run_id, _partition_label(context))
+        rt = self._zerobus.runtime
+        try:
+            result = rt.write(
+                ref.full_name,
+                data,
+                source=source,
+                partition=partition,
+                descriptions=descriptions or None,
+                role=options.role or self._role,
+            )
+        except WriteBoundaryError as exc:
+            # Bad input: retrying cannot help. Name table and column in the step failure.
+            raise dg.Failure(
+                description=str(exc),
+                metadata={"table": exc.table, "column": exc.column, "kind": exc.kind},
+                allow_retries=False,
+            ) from exc
+        except PlanRefusedError as exc:
+            raise dg.Failure(
+                description=str(exc),
+                metadata={"table": ref.full_name, "reasons": dg.MetadataValue.json(list(exc.reasons))},
+                allow_retries=False,
+            ) from exc
+        except Exception:
+            # The output failed part-way (e.g. its generator raised). Drain what is in flight so
+            # coverage holds every acknowledged row before a retry of this step resumes from it.
+            _drain_quietly(rt, context)
+            raise
+        try:
+            cfg = rt.config
+            uri = table_uri(
+                warehouse=cfg.warehouse,
+                full_name=ref.full_name,
+                embedded=cfg.embedded,
+                workspace_url=cfg.workspace_url,
+            )
+            context.add_output_metadata(
+                write_metadata(
+                    result,
+                    full_name=ref.full_name,
+                    schema=schema,
+                    descriptions=descriptions,
+                    uri=uri,
+                    partitioned=context.has_asset_partitions,
+                )
+            )
+        except Exception as exc:  # the rows are durable; statistics must never fail the write
+            context.log.warning(f"{where}: could not build Zerobus output metadata: {exc}")
+
+    # -- read ------------------------------------------------------------------------------------
+
+    def load_input(self, context: dg.InputContext) -> Any:
+        key = _asset_key(context)
+        where = f"input {context.name!r} (asset {key.to_user_string()})"
+        upstream_meta = context.upstream_output.definition_metadata if context.upstream_output else None
+        options = AssetOptions.from_metadata(upstream_meta, where=where)
+        ref = self._ref(key, options)
+        load_type = context.dagster_type.typing_type if context.dagster_type else None
+        handler = handler_for_load(self._handlers, load_type, self._default, where=where)
+        rt = self._zerobus.runtime
+        if self._wait_for_readback:
+            # Iceberg metadata lags the Delta commit; block until the upstream's rows are visible.
+            rt.readback(ref.full_name, source=source_for(key))
+        table = rt.read_back(ref.full_name)
+        table = self._select(context, table, options, where=where)
+        return handler.from_arrow(table, load_type)
+
+    def _select(
+        self, context: dg.InputContext, table: pa.Table, options: AssetOptions, *, where: str
+    ) -> pa.Table:
+        if context.has_asset_partitions:
+            if not options.partition_expr:
+                raise dg.Failure(
+                    description=f"{where}: the upstream asset is partitioned but has no 'partition_expr' "
+                    "metadata naming the column that holds the partition key; add it to the upstream asset"
+                )
+            if options.partition_expr not in table.column_names:
+                raise dg.Failure(
+                    description=f"{where}: partition_expr column {options.partition_expr!r} is not in "
+                    f"{table.column_names}"
+                )
+            keys = pa.array(list(context.asset_partition_keys), type=pa.string())
+            column = pc.cast(table[options.partition_expr], pa.string())
+            table = table.filter(pc.is_in(column, value_set=keys))
+        if not self._include_reserved:
+            table = table.select([n for n in table.column_names if not is_reserved(n)])
+        columns = (context.definition_metadata or {}).get("columns")
+        if columns:
+            wanted = [str(c) for c in (columns.value if isinstance(columns, dg.MetadataValue) else columns)]
+            missing = [c for c in wanted if c not in table.column_names]
+            if missing:
+                raise dg.Failure(description=f"{where}: columns {missing} are not in {table.column_names}")
+            table = table.select(wanted)
+        return table

@@ -1,0 +1,241 @@
+"""``ZerobusResource``: Zerobus configuration for Dagster, and the way to the process-scoped runtime.
+
+The resource holds configuration only. Dagster copies a resource on every initialisation, so the live
+runtime (stream pool, ack lanes, catalog, coverage, embedded emulator) is never stored on it: it lives
+in the core registry keyed by (pid, config hash), reached through ``acquire_runtime`` in
+``setup_for_execution`` and let go with ``release_runtime`` in teardown. Every copy in one process
+therefore shares one pool; the registry closes it at process exit (atexit + multiprocessing Finalize),
+under every executor.
+
+No ``from __future__ import annotations`` here: Dagster resolves resource annotations at runtime and
+``configure_at_launch`` nested resources break with string annotations (reference/dagster.md §8.2).
+"""
+
+import json
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from enum import Enum
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+from pydantic import Field, PrivateAttr, SecretStr
+
+from zerobus_orchestration.config import Role, ZerobusConfig, load_config
+from zerobus_orchestration.errors import ConfigError
+from zerobus_orchestration.runtime import (
+    WriteResult,
+    ZerobusRuntime,
+    acquire_runtime,
+    close_all_runtimes,
+    release_runtime,
+)
+from zerobus_orchestration.sink.sink import ZerobusSink
+
+_guarded_pid: int | None = None
+
+
+def _close_runtimes_before_thread_join() -> None:
+    """Close this process's runtimes before the interpreter joins non-daemon threads at exit.
+
+    NEEDS-RUNTIME: belongs in ``runtime._install_exit_hooks``. ``atexit`` runs only after
+    ``threading._shutdown`` has joined every ``concurrent.futures`` worker, and the embedded emulator's
+    gRPC workers serve open streams until the runtime closes them: without this, a process that used
+    the embedded runtime (``dagster asset materialize``, a ``dagster dev`` run worker) finishes its run
+    and then never exits. Hooks registered here run before those joins; closing is idempotent.
+    """
+    global _guarded_pid
+    if _guarded_pid == os.getpid():
+        return
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        try:
+            register(close_all_runtimes)
+        except RuntimeError:  # the interpreter is already shutting down; atexit still applies
+            return
+    _guarded_pid = os.getpid()
+
+
+def _option_tree(options: Mapping[str, str]) -> dict[str, Any]:
+    """``{"emulator.iceberg_lag_s": "0.3"}`` -> ``{"emulator": {"iceberg_lag_s": "0.3"}}``."""
+    tree: dict[str, Any] = {}
+    for dotted, value in options.items():
+        parts = [p for p in dotted.split(".") if p]
+        if not parts:
+            continue
+        node = tree
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"ZerobusResource.options: {dotted!r} conflicts with another option")
+            node = child
+        node[parts[-1]] = value
+    return tree
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """The inverse of ``_option_tree`` over a ``model_dump``, revealing secrets (see ``from_config``)."""
+    flat: dict[str, str] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, dotted + "."))
+        elif isinstance(value, SecretStr):
+            flat[dotted] = value.get_secret_value()
+        elif isinstance(value, Enum):
+            flat[dotted] = str(value.value)
+        elif isinstance(value, str):
+            flat[dotted] = value
+        else:
+            flat[dotted] = json.dumps(value)
+    return flat
+
+
+class ZerobusResource(dg.ConfigurableResource):  # type: ignore[type-arg]
+    """Writes Arrow data into Databricks Delta tables through Zerobus (or the embedded emulator).
+
+    With no ``endpoint`` the embedded emulator is started on ``warehouse`` (the default: a laptop run
+    needs no cloud). Secrets are plain strings here so they can come from ``dg.EnvVar``; they become
+    ``SecretStr`` in ``ZerobusConfig`` and are never logged or put into metadata.
+
+    .. code-block:: python
+
+        zerobus = ZerobusResource(warehouse="./.zerobus/warehouse")             # embedded
+        zerobus = ZerobusResource(                                               # production
+            endpoint=dg.EnvVar("ZEROBUS_ENDPOINT"),
+            workspace_url=dg.EnvVar("DATABRICKS_HOST"),
+            client_id=dg.EnvVar("DATABRICKS_CLIENT_ID"),
+            client_secret=dg.EnvVar("DATABRICKS_CLIENT_SECRET"),
+            options={"catalog.backend": "unity", "catalog.sql_warehouse_id": "abc123"},
+        )
+
+    Assets that stream their own data call ``write`` or ``sink`` and return ``dg.MaterializeResult``.
+    """
+
+    endpoint: str | None = Field(
+        default=None,
+        description="Zerobus ingest endpoint (https://<workspace-id>.zerobus.<region>.cloud.databricks.com). "
+        "Unset: start the embedded emulator on `warehouse`.",
+    )
+    workspace_url: str | None = Field(
+        default=None,
+        description="Databricks workspace URL: OAuth token endpoint, Unity Catalog, Iceberg REST.",
+    )
+    client_id: str | None = Field(default=None, description="OAuth M2M service principal client id.")
+    client_secret: str | None = Field(
+        default=None,
+        repr=False,
+        description="OAuth M2M service principal secret (use dg.EnvVar). Kept as SecretStr, never logged.",
+    )
+    warehouse: str | None = Field(
+        default=None,
+        description="Embedded warehouse folder or s3:// URI (Delta tables, coverage, Iceberg mirror). "
+        "Default ./.zerobus/warehouse.",
+    )
+    config_path: str | None = Field(
+        default=None, description="Optional TOML file with a [zerobus] table, applied before everything else."
+    )
+    use_environment: bool = Field(
+        default=True,
+        description="Apply ZEROBUS_* environment variables over the TOML file (fields and options win).",
+    )
+    options: dict[str, str] = Field(
+        default_factory=dict,
+        repr=False,  # may carry secrets (readback.token, storage_options.*)
+        description="Any other core setting by dotted key, e.g. {'pool.min_streams': '2', "
+        "'emulator.iceberg_lag_s': '0.5', 'readback.wait_timeout_s': '60'}; values are validated by "
+        "the core config.",
+    )
+
+    _runtime: ZerobusRuntime | None = PrivateAttr(default=None)
+    _acquired: ZerobusConfig | None = PrivateAttr(default=None)
+
+    @classmethod
+    def from_config(cls, cfg: ZerobusConfig) -> "ZerobusResource":
+        """A resource whose ``zerobus_config()`` equals ``cfg`` (same hash, hence the same runtime)."""
+        explicit = _flatten(cfg.model_dump(mode="python", exclude_defaults=True))
+        resource = cls(use_environment=False, options=explicit)
+        if resource.zerobus_config().config_hash() != cfg.config_hash():
+            # A setting that does not survive the string round trip would silently select another
+            # runtime (in embedded mode: a second emulator on the same warehouse). Refuse instead.
+            raise ConfigError("ZerobusResource.from_config: this config cannot be expressed as options")
+        return resource
+
+    def zerobus_config(self) -> ZerobusConfig:
+        """The core configuration: TOML < ZEROBUS_* environment < ``options`` < the typed fields."""
+        overrides: dict[str, Any] = _option_tree(self.options)
+        typed = {
+            "endpoint": self.endpoint,
+            "workspace_url": self.workspace_url,
+            "client_id": self.client_id,
+            "client_secret": self.client_secret,
+            "warehouse": self.warehouse,
+        }
+        overrides.update({k: v for k, v in typed.items() if v is not None})
+        environ: Mapping[str, str] | None = None if self.use_environment else {}
+        return load_config(self.config_path, environ=environ, **overrides)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        cfg = self.zerobus_config()
+        _close_runtimes_before_thread_join()
+        self._runtime = acquire_runtime(cfg)
+        self._acquired = cfg
+        if context.log is not None:
+            context.log.debug(f"zerobus runtime {cfg.config_hash()} (embedded={cfg.embedded})")
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        # Durability was awaited inside handle_output; this flush is only a courtesy, and teardown
+        # errors never fail a run anyway (dagster-io/dagster#10259), so nothing here may raise.
+        try:
+            if self._runtime is not None:
+                self._runtime.flush()
+        except Exception as exc:
+            if context.log is not None:
+                context.log.warning(f"zerobus: best-effort flush at teardown failed: {exc}")
+        finally:
+            if self._acquired is not None:
+                try:
+                    release_runtime(self._acquired)
+                except Exception as exc:
+                    if context.log is not None:
+                        context.log.warning(f"zerobus: releasing the runtime failed: {exc}")
+            self._runtime = None
+            self._acquired = None
+
+    @property
+    def runtime(self) -> ZerobusRuntime:
+        """The process-scoped runtime (acquired lazily when used outside a Dagster run, e.g. a script)."""
+        if self._runtime is None:
+            cfg = self.zerobus_config()
+            _close_runtimes_before_thread_join()
+            self._runtime = acquire_runtime(cfg)
+            self._acquired = cfg
+        return self._runtime
+
+    # -- public API for assets that stream their own data --------------------------------------
+
+    def write(
+        self,
+        table: str,
+        data: pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch],
+        *,
+        source: str,
+        partition: str = "",
+        role: Role | None = None,
+        descriptions: Mapping[str, str] | None = None,
+    ) -> WriteResult:
+        """Reconcile ``table``, stream ``data`` pipelined and return once the last batch is durable.
+
+        In an asset, take ``source, partition = coverage_keys(context)`` so a retried step resumes.
+        """
+        return self.runtime.write(
+            table, data, source=source, partition=partition, role=role, descriptions=descriptions
+        )
+
+    def sink(self, table: str, *, source: str, partition: str = "", role: Role | None = None) -> ZerobusSink:
+        """A sink on this process's pool for an asset that pushes batches itself; ``flush()`` it before
+        returning (that is the durability barrier)."""
+        return self.runtime.sink(table, source=source, partition=partition, role=role)

@@ -1,0 +1,246 @@
+"""Read-back sensor: confirm through Iceberg that what each materialisation delivered is visible.
+
+Per tick, for every monitored asset, the materialisations after the cursor are taken in order. Each one
+names its coverage (``zerobus/table``, ``zerobus/source``, ``zerobus/partition`` metadata, written by the
+IO manager). One non-blocking ``runtime.readback_once`` per materialisation:
+
+- not visible yet (Iceberg metadata lags the Delta commit): the asset's cursor stays where it is, so the
+  next tick tries again; the tick returns ``SkipReason`` naming what it waits for;
+- visible: an ``AssetObservation`` with the verification report (and an ``AssetCheckEvaluation`` when
+  ``check_name`` is set), and the cursor moves past that materialisation;
+- still invisible after ``max_lag_s``: one ``RunRequest`` per materialisation (``run_key`` dedupes) for
+  recovery, tagged ``zerobus/recovery``; the cursor still waits for the rows.
+
+The sensor never raises to retry (a raised tick is a failure and loses nothing but also saves nothing):
+read-back errors are reported in the skip reason and retried next tick.
+"""
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+
+from dagster_defs.metadata import KEY_PARTITION, KEY_SOURCE, KEY_TABLE, metadata_value, report_metadata
+from dagster_defs.resource import ZerobusResource
+
+RECOVERY_TAG = "zerobus/recovery"
+
+
+@dataclass
+class AssetCursor:
+    """Per asset: the last materialisation judged, and the last one a recovery run was requested for."""
+
+    verified: int = -1
+    recovery: int = -1
+
+
+@dataclass
+class ReadbackCursor:
+    assets: dict[str, AssetCursor] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, raw: str | None) -> "ReadbackCursor":
+        """Tolerant: an unreadable cursor starts over (re-verifying is harmless; raising is not)."""
+        try:
+            data = json.loads(raw) if raw else {}
+        except ValueError:
+            return cls()
+        if not isinstance(data, dict):
+            return cls()
+        assets: dict[str, AssetCursor] = {}
+        for key, value in data.items():
+            if isinstance(value, dict):
+                assets[str(key)] = AssetCursor(int(value.get("verified", -1)), int(value.get("recovery", -1)))
+            elif isinstance(value, int):  # the plain {asset: storage_id} form
+                assets[str(key)] = AssetCursor(verified=value)
+        return cls(assets)
+
+    def dumps(self) -> str:
+        data = {k: {"verified": v.verified, "recovery": v.recovery} for k, v in sorted(self.assets.items())}
+        return json.dumps(data, sort_keys=True)
+
+    def of(self, asset: str) -> AssetCursor:
+        return self.assets.setdefault(asset, AssetCursor())
+
+
+@dataclass(frozen=True)
+class WriteTarget:
+    """The coverage one materialisation delivered, from its ``zerobus/*`` metadata."""
+
+    table: str
+    source: str
+    partition: str
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any]) -> "WriteTarget | None":
+        values = [metadata_value(metadata, k) for k in (KEY_TABLE, KEY_SOURCE, KEY_PARTITION)]
+        if not all(isinstance(v, str) for v in values[:2]) or not isinstance(values[2], str):
+            return None  # not written through the Zerobus IO manager (e.g. a contract asset)
+        return cls(str(values[0]), str(values[1]), str(values[2]))
+
+
+def recovery_run_key(asset: str, storage_id: int) -> str:
+    return f"zerobus-readback-recovery:{asset}:{storage_id}"
+
+
+@dataclass
+class TickOutcome:
+    events: list[dg.AssetObservation | dg.AssetCheckEvaluation] = field(default_factory=list)
+    run_requests: list[dg.RunRequest] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ReadbackSensorSettings:
+    assets: tuple[dg.AssetKey, ...]
+    resource_key: str
+    max_lag_s: float
+    check_name: str | None
+    request_recovery: bool
+    batch_limit: int
+
+
+def _events_for(
+    key: dg.AssetKey, target: WriteTarget, report: Any, lag_s: float, storage_id: int, check_name: str | None
+) -> list[dg.AssetObservation | dg.AssetCheckEvaluation]:
+    metadata: dict[str, Any] = {
+        **report_metadata(report),
+        "readback/lag_s": round(lag_s, 3),
+        "readback/materialization_storage_id": storage_id,
+        KEY_TABLE: target.table,
+        KEY_SOURCE: target.source,
+        KEY_PARTITION: target.partition,
+    }
+    events: list[dg.AssetObservation | dg.AssetCheckEvaluation] = [
+        dg.AssetObservation(asset_key=key, metadata=metadata)
+    ]
+    if check_name is not None:
+        verified = bool(report.verified)
+        events.append(
+            dg.AssetCheckEvaluation(
+                asset_key=key,
+                check_name=check_name,
+                passed=verified,
+                metadata=metadata,
+                description=f"{target.table}: rows of {target.partition} "
+                + ("visible and verified through Iceberg" if verified else "NOT all visible through Iceberg"),
+            )
+        )
+    return events
+
+
+def evaluate_tick(
+    instance: dg.DagsterInstance,
+    zerobus: ZerobusResource,
+    settings: ReadbackSensorSettings,
+    cursor: ReadbackCursor,
+    *,
+    now: float | None = None,
+) -> TickOutcome:
+    """One sensor tick over ``settings.assets``; mutates ``cursor`` only past judged materialisations."""
+    outcome = TickOutcome()
+    at = time.time() if now is None else now
+    for key in settings.assets:
+        name = key.to_user_string()
+        state = cursor.of(name)
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(
+                asset_key=key, after_storage_id=state.verified if state.verified >= 0 else None
+            ),
+            limit=settings.batch_limit,
+            ascending=True,
+        ).records
+        for record in records:
+            materialization = record.asset_materialization
+            target = WriteTarget.from_metadata(materialization.metadata if materialization else {})
+            if target is None:
+                state.verified = record.storage_id
+                continue
+            lag_s = max(0.0, at - record.timestamp)
+            try:
+                report = zerobus.runtime.readback_once(
+                    target.table, source=target.source, partition=target.partition
+                )
+            except Exception as exc:  # report and retry next tick; never fail the tick
+                outcome.waiting.append(f"{name}: read-back of {target.table} failed ({exc}); retrying")
+                break
+            if report is None:
+                outcome.waiting.append(f"{name}: {target.table} not visible in Iceberg yet ({lag_s:.1f}s)")
+                if (
+                    settings.request_recovery
+                    and lag_s > settings.max_lag_s
+                    and state.recovery < record.storage_id
+                ):
+                    outcome.run_requests.append(
+                        dg.RunRequest(
+                            run_key=recovery_run_key(name, record.storage_id),
+                            asset_selection=[key],
+                            tags={RECOVERY_TAG: "true", "zerobus/table": target.table},
+                        )
+                    )
+                    state.recovery = record.storage_id
+                break  # later materialisations of this asset wait behind this one
+            outcome.events.extend(
+                _events_for(key, target, report, lag_s, record.storage_id, settings.check_name)
+            )
+            state.verified = record.storage_id
+    return outcome
+
+
+def build_readback_sensor(
+    assets: Sequence[dg.AssetKey | str | Sequence[str]],
+    *,
+    name: str = "zerobus_readback",
+    resource_key: str = "zerobus",
+    max_lag_s: float = 900.0,
+    check_name: str | None = None,
+    request_recovery: bool = True,
+    minimum_interval_seconds: int = 30,
+    batch_limit: int = 25,
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+) -> dg.SensorDefinition:
+    """A sensor verifying through Iceberg what the Zerobus IO manager wrote for ``assets``.
+
+    ``check_name``: also emit an ``AssetCheckEvaluation`` for that check on each asset (declare it, e.g.
+    with ``build_readback_check``). ``max_lag_s``: after this long invisible, request a recovery run of
+    the asset (``run_key`` = ``zerobus-readback-recovery:<asset>:<storage id>``).
+    """
+    keys = tuple(dg.AssetKey.from_coercible(a) for a in assets)
+    settings = ReadbackSensorSettings(
+        keys, resource_key, max_lag_s, check_name, request_recovery, batch_limit
+    )
+
+    @dg.sensor(
+        name=name,
+        asset_selection=dg.AssetSelection.assets(*keys),
+        required_resource_keys={resource_key},
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=default_status,
+        description="Verifies through Iceberg that each Zerobus write is visible; requests recovery after "
+        f"{max_lag_s:.0f}s of lag.",
+    )
+    def _readback(context: dg.SensorEvaluationContext, **_direct: Any) -> dg.SensorResult | dg.SkipReason:
+        # ``**_direct``: invoking a sensor directly (tests, the demo) also passes its required
+        # resources as keyword arguments; the daemon does not. Both read them from the context.
+        zerobus: ZerobusResource = getattr(context.resources, resource_key)
+        cursor = ReadbackCursor.parse(context.cursor)
+        for key in keys:  # a fresh entry is not progress: compare like with like
+            cursor.of(key.to_user_string())
+        before = cursor.dumps()
+        outcome = evaluate_tick(context.instance, zerobus, settings, cursor)
+        after = cursor.dumps()
+        skip = "; ".join(outcome.waiting) if outcome.waiting else "no new Zerobus materialisations"
+        if outcome.events or outcome.run_requests:
+            return dg.SensorResult(
+                asset_events=outcome.events,
+                run_requests=outcome.run_requests,
+                cursor=after,
+            )
+        if after != before:
+            return dg.SensorResult(skip_reason=skip, cursor=after)
+        return dg.SkipReason(skip)
+
+    return _readback

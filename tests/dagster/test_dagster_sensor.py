@@ -1,0 +1,114 @@
+"""The read-back sensor across the Iceberg lag: skip (cursor unchanged) -> verified -> nothing new; recovery."""
+
+import time
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+from zb_dagster_support import fast_config
+
+from dagster_defs import ZerobusIOManager, ZerobusResource, build_readback_sensor, build_zerobus_definitions
+from dagster_defs.sensors import RECOVERY_TAG, ReadbackCursor
+
+CLICKS_KEY = dg.AssetKey(["raw", "clicks"])
+LAG_S = 1.5  # long enough that the first tick right after the durable write sees nothing in Iceberg
+
+
+@dg.asset(key=CLICKS_KEY)
+def clicks() -> pa.Table:
+    return pa.table({"click_id": pa.array(range(300), pa.int64())})
+
+
+def _tick(
+    sensor: dg.SensorDefinition, instance: dg.DagsterInstance, zerobus: ZerobusResource, cursor: str | None
+) -> dg.SensorResult | dg.SkipReason:
+    with dg.build_sensor_context(instance=instance, cursor=cursor, resources={"zerobus": zerobus}) as ctx:
+        outcome = sensor(ctx)
+    assert isinstance(outcome, dg.SensorResult | dg.SkipReason)
+    return outcome
+
+
+def _setup(tmp_path: Path) -> tuple[ZerobusResource, dg.DagsterInstance, dg.ExecuteInProcessResult]:
+    zerobus = ZerobusResource.from_config(fast_config(tmp_path / "warehouse", iceberg_lag_s=LAG_S))
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize(
+        [clicks],
+        resources={"zerobus": zerobus, "io_manager": ZerobusIOManager(zerobus=zerobus)},
+        instance=instance,
+    )
+    assert result.success
+    return zerobus, instance, result
+
+
+def test_sensor_skips_while_iceberg_lags_then_reports_verified(tmp_path: Path) -> None:
+    zerobus, instance, result = _setup(tmp_path)
+    sensor = build_readback_sensor([CLICKS_KEY], check_name="iceberg_readback", max_lag_s=600)
+
+    first = _tick(sensor, instance, zerobus, None)
+    assert isinstance(first, dg.SkipReason), "Iceberg cannot show the rows before its lag has passed"
+    assert "raw/clicks" in (first.skip_message or "") and "not visible" in (first.skip_message or "")
+
+    cursor: str | None = None
+    verified: dg.SensorResult | None = None
+    ticks = 1
+    deadline = time.monotonic() + 30
+    while verified is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        outcome = _tick(sensor, instance, zerobus, cursor)
+        ticks += 1
+        if isinstance(outcome, dg.SensorResult) and outcome.asset_events:
+            verified = outcome
+        else:
+            assert isinstance(outcome, dg.SkipReason), "while lagging the cursor must not move"
+    assert verified is not None, f"not verified after {ticks} ticks"
+
+    observation, evaluation = verified.asset_events
+    assert isinstance(observation, dg.AssetObservation) and observation.asset_key == CLICKS_KEY
+    meta = {k: v.value for k, v in observation.metadata.items()}
+    assert meta["readback/verified"] is True
+    assert meta["readback/rows_scanned"] == 300
+    assert meta["readback/missing_rows"] == 0
+    assert meta["zerobus/partition"] == f"@{result.run_id}"
+    assert isinstance(evaluation, dg.AssetCheckEvaluation) and evaluation.passed
+    assert evaluation.check_name == "iceberg_readback"
+    assert not verified.run_requests
+
+    stored = ReadbackCursor.parse(verified.cursor)
+    record = instance.fetch_materializations(CLICKS_KEY, limit=1).records[0]
+    assert stored.of("raw/clicks").verified == record.storage_id
+
+    after = _tick(sensor, instance, zerobus, verified.cursor)
+    assert isinstance(after, dg.SkipReason) and "no new" in (after.skip_message or "")
+
+
+def test_sensor_requests_one_recovery_run_when_lag_exceeds_the_limit(tmp_path: Path) -> None:
+    zerobus, instance, _ = _setup(tmp_path)
+    sensor = build_readback_sensor([CLICKS_KEY], max_lag_s=0.0)
+
+    first = _tick(sensor, instance, zerobus, None)
+    assert isinstance(first, dg.SensorResult)
+    assert not first.asset_events
+    (request,) = first.run_requests or []
+    record = instance.fetch_materializations(CLICKS_KEY, limit=1).records[0]
+    assert request.run_key == f"zerobus-readback-recovery:raw/clicks:{record.storage_id}"
+    assert request.tags[RECOVERY_TAG] == "true"
+    assert request.asset_selection == [CLICKS_KEY]
+    state = ReadbackCursor.parse(first.cursor).of("raw/clicks")
+    assert state.verified == -1, "recovery does not count as verified"
+    assert state.recovery == record.storage_id
+
+    second = _tick(sensor, instance, zerobus, first.cursor)
+    assert isinstance(second, dg.SkipReason), "one recovery request per materialisation"
+
+
+def test_readback_check_in_a_job_waits_for_iceberg_and_passes(tmp_path: Path) -> None:
+    zerobus = ZerobusResource.from_config(fast_config(tmp_path / "warehouse"))
+    defs = build_zerobus_definitions(assets=[clicks], resource=zerobus, readback_checks=True)
+    job = defs.resolve_job_def("zerobus_job")
+    result = job.execute_in_process(instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    (evaluation,) = result.get_asset_check_evaluations()
+    assert evaluation.check_name == "iceberg_readback" and evaluation.passed
+    assert evaluation.metadata["readback/rows_scanned"].value == 300
+    sensor = defs.resolve_sensor_def("zerobus_readback")
+    assert sensor.asset_selection is not None
