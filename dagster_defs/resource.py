@@ -22,7 +22,7 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field, PrivateAttr, SecretStr
 
-from zerobus_orchestration.config import Role, ZerobusConfig, load_config
+from zerobus_orchestration.config import EmulatorMode, Role, ZerobusConfig, load_config
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.runtime import (
     WriteResult,
@@ -34,6 +34,10 @@ from zerobus_orchestration.runtime import (
 from zerobus_orchestration.sink.sink import ZerobusSink
 
 _guarded_pid: int | None = None
+
+# Steps of the default multiprocess executor are parallel processes: they share one emulator process
+# per warehouse instead of each starting its own (only one may hold a warehouse).
+EMBEDDED_MODE: EmulatorMode = "daemon"
 
 
 def _close_runtimes_before_thread_join() -> None:
@@ -96,8 +100,11 @@ class ZerobusResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     """Writes Arrow data into Databricks Delta tables through Zerobus (or the embedded emulator).
 
     With no ``endpoint`` the embedded emulator is started on ``warehouse`` (the default: a laptop run
-    needs no cloud). Secrets are plain strings here so they can come from ``dg.EnvVar``; they become
-    ``SecretStr`` in ``ZerobusConfig`` and are never logged or put into metadata.
+    needs no cloud), as one shared emulator process per warehouse that every step process uses
+    (``emulator.mode = "daemon"``; set ``options={"emulator.mode": "in_process"}`` to keep it inside the
+    step process, one process per warehouse at a time). Secrets are plain strings here so they can come
+    from ``dg.EnvVar``; they become ``SecretStr`` in ``ZerobusConfig`` and are never logged or put into
+    metadata.
 
     .. code-block:: python
 
@@ -153,8 +160,15 @@ class ZerobusResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
     @classmethod
     def from_config(cls, cfg: ZerobusConfig) -> "ZerobusResource":
-        """A resource whose ``zerobus_config()`` equals ``cfg`` (same hash, hence the same runtime)."""
+        """A resource whose ``zerobus_config()`` equals ``cfg`` (same hash, hence the same runtime).
+
+        ``cfg`` is complete, so its ``emulator.mode`` is kept as it is, the core default included
+        (``zerobus-orch demo`` shares its config with the core runtime this way); the resource's
+        ``daemon`` default applies to resources declared through fields, options, TOML or environment.
+        """
         explicit = _flatten(cfg.model_dump(mode="python", exclude_defaults=True))
+        if cfg.embedded:
+            explicit["emulator.mode"] = cfg.emulator.mode
         resource = cls(use_environment=False, options=explicit)
         if resource.zerobus_config().config_hash() != cfg.config_hash():
             # A setting that does not survive the string round trip would silently select another
@@ -163,7 +177,11 @@ class ZerobusResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         return resource
 
     def zerobus_config(self) -> ZerobusConfig:
-        """The core configuration: TOML < ZEROBUS_* environment < ``options`` < the typed fields."""
+        """The core configuration: TOML < ZEROBUS_* environment < ``options`` < the typed fields.
+
+        Embedded, ``emulator.mode`` defaults to ``daemon`` unless set in any of those: the multiprocess
+        executor runs steps in parallel processes, and they share one emulator per warehouse.
+        """
         overrides: dict[str, Any] = _option_tree(self.options)
         typed = {
             "endpoint": self.endpoint,
@@ -174,7 +192,9 @@ class ZerobusResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         }
         overrides.update({k: v for k, v in typed.items() if v is not None})
         environ: Mapping[str, str] | None = None if self.use_environment else {}
-        return load_config(self.config_path, environ=environ, **overrides)
+        return load_config(self.config_path, environ=environ, **overrides).with_default_emulator_mode(
+            EMBEDDED_MODE
+        )
 
     # -- lifecycle -------------------------------------------------------------------------------
 

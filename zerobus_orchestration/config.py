@@ -110,7 +110,21 @@ class ReadbackConfig(_Model):
     force_metadata: bool = Field(False, description="Ask the emulator to mirror now instead of waiting.")
 
 
+EmulatorMode = Literal["in_process", "daemon"]
+
+
 class EmulatorConfig(_Model):
+    mode: EmulatorMode = Field(
+        "in_process",
+        description="in_process: each process starts its own emulator (one process per warehouse at a "
+        "time); daemon: processes share one local emulator process per warehouse, started on demand.",
+    )
+    idle_shutdown_s: float = Field(
+        300.0, gt=0, description="daemon mode: the shared emulator exits after this long with no client."
+    )
+    daemon_start_timeout_s: float = Field(
+        60.0, gt=0, description="daemon mode: how long a client waits for a starting emulator to serve."
+    )
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
     token_port: int = Field(0, ge=0, le=65535, description="OAuth/Iceberg REST HTTP port; 0 picks one.")
@@ -199,6 +213,16 @@ class ZerobusConfig(_Model):
     @property
     def embedded(self) -> bool:
         return self.endpoint is None
+
+    def with_default_emulator_mode(self, mode: EmulatorMode) -> ZerobusConfig:
+        """This config with ``emulator.mode`` = ``mode`` unless a mode was set explicitly (any source).
+
+        Orchestrators whose workers are parallel processes default to ``daemon``; the core default stays
+        ``in_process`` so a plain script or test keeps its emulator inside the process.
+        """
+        if not self.embedded or "mode" in self.emulator.model_fields_set:
+            return self
+        return self.model_copy(update={"emulator": self.emulator.model_copy(update={"mode": mode})})
 
     @property
     def local_warehouse(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,6 +32,12 @@ class OffsetRange:
 
 
 class CoverageRecorder(Protocol):
-    """Where the ack lane records durably delivered ranges. Implemented by ``coverage.CoverageStore``."""
+    """Where the ack lane records durably delivered ranges. Implemented by ``coverage.CoverageStore``.
+
+    The ack lane records a whole burst with one ``record_many`` call (one store transaction), in
+    offset order; ``record`` is the single-range form.
+    """
 
     def record(self, key: CoverageKey, span: OffsetRange) -> None: ...
+
+    def record_many(self, items: Iterable[tuple[CoverageKey, OffsetRange]]) -> None: ...

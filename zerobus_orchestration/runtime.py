@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import timedelta
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 
@@ -37,6 +37,7 @@ from zerobus_orchestration.catalog.plan import ReconcilePlan, plan
 from zerobus_orchestration.config import CatalogBackend, Role, ZerobusConfig
 from zerobus_orchestration.contracts import ContractDescriptions
 from zerobus_orchestration.coverage import CoverageStore
+from zerobus_orchestration.emulator.handle import EmulatorHandle
 from zerobus_orchestration.errors import ReadbackError, ReadbackTimeoutError
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.preconditions import Condition, check_primary_raw
@@ -56,6 +57,9 @@ from zerobus_orchestration.sink.sink import ZerobusSink
 from zerobus_orchestration.storage import CredentialCache, config_storage_options
 from zerobus_orchestration.tables import TableName
 from zerobus_orchestration.transport.base import Transport
+
+if TYPE_CHECKING:
+    from zerobus_orchestration.emulator.server import Emulator
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +140,7 @@ class ZerobusRuntime:
         margin or clock); the embedded facade vends read-back credentials through it."""
         self.config = config
         self.metrics = SinkMetrics()
-        self.emulator: Any = None
+        self.emulator: EmulatorHandle | None = None
         self.credentials = credentials if credentials is not None else _build_credentials(config)
         self._lock = threading.Lock()
         self._pools: dict[tuple[str, LaneKind], StreamPool] = {}
@@ -317,14 +321,16 @@ class ZerobusRuntime:
         the version read from the catalog is a lower bound.
         """
         name = TableName.parse(table).full_name
-        state = self.catalog.describe(name)
-        if state is None:
+        if self.catalog.describe(name) is None:
             return None
         if self.emulator is not None:
             version = self.emulator.materialize_now(name)
             if version is not None:
                 return int(version)
-        return state.version
+        # Nothing was left to commit: the emulator's own materialiser got there first. Read the
+        # version after that, not before, or a concurrent commit would be missed.
+        state = self.catalog.describe(name)
+        return None if state is None else state.version
 
     # -- coverage and read-back -----------------------------------------------------------------------
 
@@ -540,7 +546,16 @@ def _build_credentials(config: ZerobusConfig) -> CredentialCache | None:
     return CredentialCache(S3CredentialVendor.from_config(config), margin=margin)
 
 
-def _start_emulator(config: ZerobusConfig, credentials: CredentialCache | None = None) -> Any:
+def _start_emulator(config: ZerobusConfig, credentials: CredentialCache | None = None) -> EmulatorHandle:
+    if config.emulator.mode == "daemon":  # one shared emulator process per warehouse, found or started
+        from zerobus_orchestration.emulator.launcher import connect_daemon
+
+        return connect_daemon(config)
+    return start_in_process_emulator(config, credentials)
+
+
+def start_in_process_emulator(config: ZerobusConfig, credentials: CredentialCache | None = None) -> Emulator:
+    """The embedded emulator in this process (also what the shared daemon runs)."""
     from zerobus_orchestration.emulator.iceberg_mirror import ICEBERG_DB_NAME
     from zerobus_orchestration.emulator.server import Emulator
 
@@ -558,7 +573,7 @@ def _start_emulator(config: ZerobusConfig, credentials: CredentialCache | None =
     return emulator
 
 
-def _build_transport(config: ZerobusConfig, emulator: Any) -> Transport:
+def _build_transport(config: ZerobusConfig, emulator: EmulatorHandle | None) -> Transport:
     from zerobus_orchestration.transport.sdk import SdkTransport
 
     if emulator is not None:

@@ -4,7 +4,9 @@ Kept free of Airflow imports so the mapping is testable on its own and usable fr
 connection was fetched asynchronously. Field mapping (see ``get_provider_info`` for the UI side):
 
 - Host -> ``endpoint`` (Zerobus endpoint). Empty Host, or the ``embedded`` extra, selects the embedded
-  emulator, which the runtime starts on the ``warehouse`` path.
+  emulator on the ``warehouse`` path: by default one shared emulator process per warehouse that every
+  task process uses (``emulator.mode = "daemon"``); ``{"emulator": {"mode": "in_process"}}`` in the
+  ``config`` extra keeps it inside the task process (one task per warehouse at a time).
 - Login / Password -> OAuth M2M client id / secret (secret kept as ``SecretStr``).
 - extras ``workspace_url``, ``warehouse_id`` (SQL warehouse for DDL), ``embedded``, ``warehouse``, and
   ``config``: a nested mapping of any other ``ZerobusConfig`` knob (e.g. ``{"emulator": {"iceberg_lag_s":
@@ -21,13 +23,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from zerobus_orchestration.config import ZerobusConfig, load_config
+from zerobus_orchestration.config import EmulatorMode, ZerobusConfig, load_config
 from zerobus_orchestration.errors import ConfigError
 
 CONN_TYPE = "zerobus"
 _PREFIX = f"extra__{CONN_TYPE}__"
 _TRUE = frozenset({"1", "true", "yes", "on", "y", "t"})
 _FALSE = frozenset({"0", "false", "no", "off", "n", "f", ""})
+# Task tries are processes of their own, run in parallel by LocalExecutor and Celery workers: embedded,
+# they share one emulator process per warehouse unless the connection sets ``emulator.mode``.
+EMBEDDED_MODE: EmulatorMode = "daemon"
 
 
 @dataclass(frozen=True)
@@ -140,9 +145,10 @@ def config_from_connection(
     if embedded:
         data.pop("endpoint", None)
     try:
-        return load_config(None, environ={}, **_deep_merge(data, dict(overrides or {})))
+        config = load_config(None, environ={}, **_deep_merge(data, dict(overrides or {})))
     except ConfigError as exc:
         raise ConfigError(f"connection {fields.conn_id!r}: {exc}") from None
+    return config.with_default_emulator_mode(EMBEDDED_MODE)
 
 
 def _deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

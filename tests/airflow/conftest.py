@@ -34,8 +34,10 @@ os.environ.update(
 )
 
 # Small emulator lags keep the read-back tests to a couple of seconds while still exercising the wait.
+# The mode is explicit: these tests run tasks inside the test process, so the emulator lives there too
+# (the provider's default, one shared emulator process per warehouse, is covered in tests/emulator_daemon).
 EMULATOR_SETTINGS: dict[str, Any] = {
-    "emulator": {"time_to_table_s": 0.1, "iceberg_lag_s": 0.5},
+    "emulator": {"mode": "in_process", "time_to_table_s": 0.1, "iceberg_lag_s": 0.5},
     "readback": {"poll_initial_s": 0.05, "poll_max_s": 0.2, "wait_timeout_s": 20},
 }
 

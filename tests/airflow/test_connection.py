@@ -135,3 +135,15 @@ def test_hook_async_config_matches_sync(monkeypatch) -> None:  # type: ignore[no
     async_cfg = asyncio.run(ZerobusHook().aget_config())
     assert sync_cfg == async_cfg
     assert async_cfg.embedded
+
+
+def test_embedded_connection_defaults_to_the_shared_emulator_unless_a_mode_is_set() -> None:
+    embedded = ConnectionFields(conn_id="zb", extra={"embedded": True, "warehouse": "/tmp/wh"})
+    assert config_from_connection(embedded).emulator.mode == "daemon"
+    pinned = ConnectionFields(
+        conn_id="zb",
+        extra={"embedded": True, "warehouse": "/tmp/wh", "config": {"emulator": {"mode": "in_process"}}},
+    )
+    assert config_from_connection(pinned).emulator.mode == "in_process"
+    assert config_from_connection(embedded, {"emulator": {"mode": "in_process"}}).emulator.mode == "in_process"
+    assert config_from_connection(REMOTE).emulator.mode == "in_process"  # no emulator at all

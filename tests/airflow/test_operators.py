@@ -382,7 +382,15 @@ def test_a_process_that_used_the_runtime_exits_promptly(tmp_path: Path) -> None:
     env = {
         **os.environ,
         "AIRFLOW_CONN_ZEROBUS_DEFAULT": json.dumps(
-            {"conn_type": "zerobus", "extra": {"embedded": True, "warehouse": str(tmp_path / "wh")}}
+            {
+                "conn_type": "zerobus",
+                "extra": {
+                    "embedded": True,
+                    "warehouse": str(tmp_path / "wh"),
+                    # the in-process emulator is what could hang the exit (a shared one is not a child)
+                    "config": {"emulator": {"mode": "in_process"}},
+                },
+            }
         ),
     }
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=90)

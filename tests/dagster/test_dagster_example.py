@@ -92,6 +92,7 @@ def test_cli_job_runs_contract_checks_and_write_and_the_process_exits(tmp_path: 
             "DAGSTER_HOME": str(home),
             "ZEROBUS_WAREHOUSE": str(tmp_path / "warehouse"),
             "ZEROBUS_EMULATOR__ICEBERG_LAG_S": "0.3",
+            "ZEROBUS_EMULATOR__MODE": "in_process",  # this test is about the in-process emulator's exit
         }
     )
     done = subprocess.run(

@@ -242,3 +242,18 @@ def test_resource_repr_never_shows_secrets(tmp_path: Path) -> None:
     cfg = resource.zerobus_config()
     assert isinstance(cfg.client_secret, SecretStr)
     assert "top-secret" not in json.dumps(cfg.effective_config())
+
+
+def test_resource_defaults_embedded_mode_to_the_shared_emulator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert ZerobusResource(warehouse=str(tmp_path), use_environment=False).zerobus_config().emulator.mode == (
+        "daemon"
+    )
+    pinned = ZerobusResource(warehouse=str(tmp_path), options={"emulator.mode": "in_process"})
+    assert pinned.zerobus_config().emulator.mode == "in_process"
+    monkeypatch.setenv("ZEROBUS_EMULATOR__MODE", "in_process")
+    assert ZerobusResource(warehouse=str(tmp_path)).zerobus_config().emulator.mode == "in_process"
+    # from_config names one exact config: its mode (here the core default) is kept, same runtime key.
+    cfg = ZerobusConfig(warehouse=str(tmp_path))
+    assert ZerobusResource.from_config(cfg).zerobus_config().config_hash() == cfg.config_hash()

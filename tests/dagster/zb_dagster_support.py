@@ -2,7 +2,13 @@
 
 from pathlib import Path
 
-from zerobus_orchestration.config import EmulatorConfig, ReadbackConfig, SdkStreamOptions, ZerobusConfig
+from zerobus_orchestration.config import (
+    EmulatorConfig,
+    EmulatorMode,
+    ReadbackConfig,
+    SdkStreamOptions,
+    ZerobusConfig,
+)
 
 SHORT_SDK = SdkStreamOptions(
     recovery_timeout_ms=3_000,
@@ -14,10 +20,20 @@ SHORT_SDK = SdkStreamOptions(
 )
 
 
-def fast_config(warehouse: Path | str, *, iceberg_lag_s: float = 0.3) -> ZerobusConfig:
+def fast_config(
+    warehouse: Path | str,
+    *,
+    iceberg_lag_s: float = 0.3,
+    mode: EmulatorMode = "in_process",
+    idle_shutdown_s: float = 300.0,
+) -> ZerobusConfig:
+    """Short lags and timeouts. ``mode`` is always set explicitly: the resource's own default (a shared
+    daemon per warehouse) is exercised by the tests that ask for ``mode="daemon"``."""
     return ZerobusConfig(
         warehouse=str(warehouse),
-        emulator=EmulatorConfig(time_to_table_s=0.2, iceberg_lag_s=iceberg_lag_s),
+        emulator=EmulatorConfig(
+            mode=mode, idle_shutdown_s=idle_shutdown_s, time_to_table_s=0.2, iceberg_lag_s=iceberg_lag_s
+        ),
         sdk=SHORT_SDK,
         readback=ReadbackConfig(wait_timeout_s=30, poll_initial_s=0.05, poll_max_s=0.3),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 
 import pyarrow as pa
 
@@ -127,8 +128,12 @@ class CountingRecorder:
         self.counts: dict[tuple[CoverageKey, OffsetRange], int] = {}
 
     def record(self, key: CoverageKey, span: OffsetRange) -> None:
+        self.record_many([(key, span)])
+
+    def record_many(self, items: Iterable[tuple[CoverageKey, OffsetRange]]) -> None:
         with self._lock:
-            self.counts[(key, span)] = self.counts.get((key, span), 0) + 1
+            for item in items:
+                self.counts[item] = self.counts.get(item, 0) + 1
 
     def spans(self) -> list[OffsetRange]:
         with self._lock:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +16,7 @@ from tests.sink.helpers import KEY, ScriptedStream, make_lane, one_row, span
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.sink.ack_lane import AckLane, LaneState
-from zerobus_orchestration.sink.confirmation import LaneKind, PendingAck, RawAnchor
+from zerobus_orchestration.sink.confirmation import LaneKind, NoConfirm, PendingAck, RawAnchor
 
 
 @dataclass
@@ -23,9 +25,15 @@ class WatermarkRecorder:
 
     stream: ScriptedStream
     fired: list[tuple[int, int]] = field(default_factory=list)
+    calls: int = 0
 
     def record(self, key: CoverageKey, span: OffsetRange) -> None:
-        self.fired.append((span.start, self.stream.durable()))
+        self.record_many([(key, span)])
+
+    def record_many(self, items: Iterable[tuple[CoverageKey, OffsetRange]]) -> None:
+        self.calls += 1
+        durable = self.stream.durable()
+        self.fired.extend((span.start, durable) for _, span in items)
 
 
 def submit(lane: AckLane, stream: ScriptedStream, seq: int) -> None:
@@ -185,3 +193,92 @@ def test_full_channel_makes_reserve_wait_until_confirmations_fire(metrics: SinkM
     assert lane.wait_idle(timeout=10)
     lane.stop()
     assert lane.outstanding == 0
+
+
+@dataclass
+class BurstRecorder:
+    """Keeps each ``record_many`` call, and whether any of the burst's futures had resolved before it."""
+
+    futures: list[Future[OffsetRange | None]]
+    calls: list[list[OffsetRange]] = field(default_factory=list)
+    resolved_before: list[int] = field(default_factory=list)
+    fail: bool = False
+
+    def record(self, key: CoverageKey, span: OffsetRange) -> None:
+        raise AssertionError("the ack lane must record a burst with one record_many call")
+
+    def record_many(self, items: Iterable[tuple[CoverageKey, OffsetRange]]) -> None:
+        self.calls.append([span for _, span in items])
+        self.resolved_before.append(sum(f.done() for f in self.futures))
+        if self.fail:
+            raise OSError("disk full")
+
+
+def submit_with_future(
+    lane: AckLane, stream: ScriptedStream, seq: int, confirm: bool = True
+) -> Future[OffsetRange | None]:
+    assert lane.reserve(timeout=5)
+    batch = one_row(seq)
+    offset = stream.submit(batch)
+    future: Future[OffsetRange | None] = Future()
+    confirmation = RawAnchor(KEY, span(offset)) if confirm else NoConfirm()
+    lane.put(PendingAck(LaneKind.RAW, seq, offset, confirmation, time.monotonic(), batch, future))
+    return future
+
+
+def test_a_burst_is_recorded_with_one_call_in_offset_order_before_its_futures_resolve(
+    metrics: SinkMetrics,
+) -> None:
+    stream = ScriptedStream()
+    futures: list[Future[OffsetRange | None]] = []
+    recorder = BurstRecorder(futures)
+    lane = make_lane(stream, metrics, recorder)
+    futures.extend(submit_with_future(lane, stream, seq) for seq in range(10))  # one burst
+    stream.ack_to(9)
+    lane.start()
+    assert lane.wait_idle(timeout=10)
+    lane.stop()
+    assert recorder.calls == [[span(i) for i in range(10)]]  # one transaction, offset order
+    assert recorder.resolved_before == [0]  # no receipt resolves before its range is recorded
+    assert [f.result(timeout=0) for f in futures] == [span(i) for i in range(10)]
+
+
+def test_a_failed_burst_record_fails_its_receipts_and_no_confirm_ones_still_resolve(
+    metrics: SinkMetrics,
+) -> None:
+    stream = ScriptedStream()
+    futures: list[Future[OffsetRange | None]] = []
+    recorder = BurstRecorder(futures, fail=True)
+    lane = make_lane(stream, metrics, recorder)
+    futures.extend(submit_with_future(lane, stream, seq, confirm=seq != 1) for seq in range(3))
+    stream.ack_to(2)
+    lane.start()
+    assert lane.wait_idle(timeout=10)
+    lane.stop()
+    assert recorder.calls == [[span(0), span(2)]]
+    assert isinstance(futures[0].exception(timeout=0), OSError)
+    assert isinstance(futures[2].exception(timeout=0), OSError)
+    assert futures[1].result(timeout=0) is None
+    assert lane.confirm_errors == 2 and lane.delivered == 3  # durable all the same
+
+
+def test_batch_size_is_measured_once_and_carried_through_a_resubmission(metrics: SinkMetrics) -> None:
+    """The lane counts the size the sink measured (``nbytes=``), never re-measuring the batch."""
+    stream = ScriptedStream()
+    lane = make_lane(stream, metrics, WatermarkRecorder(stream))
+    batch = one_row(0)
+    item = PendingAck(LaneKind.RAW, 0, 0, RawAnchor(KEY, span(0)), time.monotonic(), batch, nbytes=12345)
+    moved = item.moved_to(7)
+    assert (moved.rows, moved.nbytes, moved.resubmitted) == (1, 12345, True)
+    assert PendingAck(LaneKind.RAW, 1, 1, RawAnchor(KEY, span(1)), 0.0, batch).nbytes == batch.nbytes
+    assert lane.reserve(timeout=5)
+    lane.put(
+        PendingAck(LaneKind.RAW, 0, stream.submit(batch), RawAnchor(KEY, span(0)), 0.0, batch, nbytes=99)
+    )
+    stream.ack_to(0)
+    lane.start()
+    assert lane.wait_idle(timeout=10)
+    lane.stop()
+    labels = {"table": "main.test.t", "stream": "0"}
+    assert metrics.sample("zerobus_bytes_submitted_total", labels) == 99
+    assert metrics.sample("zerobus_bytes_delivered_total", labels) == 99

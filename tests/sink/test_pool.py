@@ -14,10 +14,15 @@ from prometheus_client import CollectorRegistry
 
 from tests.sink.helpers import TABLE, CountingRecorder, positions_landed, rows
 from zerobus_orchestration.config import PoolConfig
-from zerobus_orchestration.errors import ConcurrencyRejectedError, SinkClosedError
+from zerobus_orchestration.errors import (
+    ConcurrencyRejectedError,
+    FatalTransportError,
+    SinkClosedError,
+    StreamPoisonedError,
+)
 from zerobus_orchestration.metrics import SinkMetrics
-from zerobus_orchestration.sink import DeliveryFailedError, StreamPool, ZerobusSink
-from zerobus_orchestration.sink.pool import stable_index
+from zerobus_orchestration.sink import DeliveryFailedError, StreamPool, SubmitFailedError, ZerobusSink
+from zerobus_orchestration.sink.pool import POISONED_SUBMIT_ATTEMPTS, backoff_ceiling, stable_index
 from zerobus_orchestration.transport.memory import FaultPlan, LatencyModel, MemoryStream, MemoryTransport
 
 
@@ -266,3 +271,173 @@ def test_registry_reuses_one_long_lived_pool_per_table(metrics: SinkMetrics) -> 
     assert len(transport.streams(TABLE)) == first.pool.size  # no stream per run
     close_all()
     assert first.pool.closing
+
+
+# -- first open, reopen storms, supervisor survival -----------------------------------------------------
+
+
+def test_first_write_goes_ahead_as_soon_as_the_service_refuses_a_member(metrics: SinkMetrics) -> None:
+    """The service allows one stream; the first write must not wait out ``healthy_member_wait_s`` for the
+    refused member (regression: ``_back_off`` did not wake ``_await_first_open``)."""
+    transport = MemoryTransport(faults=FaultPlan(max_streams_per_table=1))
+    pool, sink = make(
+        transport,
+        metrics,
+        min_streams=2,
+        healthy_member_wait_s=8.0,
+        open_backoff_initial_s=30.0,  # the refused member stays refused for the whole test
+        open_backoff_max_s=60.0,
+    )
+    pushed = threading.Event()
+
+    def first_write() -> None:
+        sink.push(rows(0, 2))
+        pushed.set()
+
+    threading.Thread(target=first_write, daemon=True).start()
+    assert pushed.wait(4.0), "the first write waited for the refused member instead of going ahead"
+    sink.flush()
+    assert pool.concurrency_rejects == 1 and pool.health().alive == 1
+    pool.close()
+
+
+class PoisonOnSubmit(MemoryTransport):
+    """Streams whose ``submit`` raises StreamPoisonedError for any batch holding ``v == -1``; after
+    ``max_opens`` opens it refuses for good, so a regression fails the test instead of storming forever."""
+
+    def __init__(self, max_opens: int = 60, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.max_opens = max_opens
+
+    def open_stream(self, table: str, schema: pa.Schema) -> MemoryStream:
+        if self.open_attempts >= self.max_opens:
+            raise FatalTransportError(f"{table}: test transport: too many opens ({self.open_attempts})")
+        stream = super().open_stream(table, schema)
+        submit = stream.submit
+
+        def refusing_submit(batch: pa.RecordBatch) -> int:
+            if -1 in batch.column("v").to_pylist():
+                raise StreamPoisonedError(f"{table}: INVALID_ARGUMENT: stream poisoned by this batch")
+            return submit(batch)
+
+        stream.submit = refusing_submit  # type: ignore[method-assign]
+        return stream
+
+
+def test_a_batch_that_poisons_every_stream_at_submit_is_refused_after_bounded_rebuilds(
+    metrics: SinkMetrics,
+) -> None:
+    recorder = CountingRecorder()
+    transport = PoisonOnSubmit(latency=LatencyModel(base_s=0.001))
+    pool, sink = make(transport, metrics, recorder, open_backoff_initial_s=0.01, open_backoff_max_s=0.02)
+    sink.push(rows(0, 3))
+    sink.flush()
+    opens_before = transport.open_attempts
+    with pytest.raises(SubmitFailedError, match=rf"{TABLE}: submitting one batch poisoned 3 stream"):
+        sink.push(pa.record_batch({"v": pa.array([7, -1], pa.int64())}))
+    # One rebuild per poisoned attempt (the supervisor does the last one in the background), bounded,
+    # each counted in health and in the metrics.
+    wait_for(lambda: pool.health().rebuilds == POISONED_SUBMIT_ATTEMPTS)
+    time.sleep(0.1)  # room for a storm to show, if there were one
+    assert transport.open_attempts - opens_before == POISONED_SUBMIT_ATTEMPTS
+    health = pool.health()
+    assert health.rebuilds == POISONED_SUBMIT_ATTEMPTS
+    rebuild_samples = [
+        metrics.sample("zerobus_stream_rebuilds_total", {"table": TABLE, "stream": str(i)}) or 0
+        for i in range(pool.size)
+    ]
+    assert sum(rebuild_samples) == POISONED_SUBMIT_ATTEMPTS
+    sink.push(rows(10, 3))  # the pool keeps serving other batches
+    sink.flush()
+    assert recorder.covered() == 6 and health.failed_batches == 0
+    pool.close()
+
+
+class AlwaysRefuse(MemoryTransport):
+    def open_stream(self, table: str, schema: pa.Schema) -> MemoryStream:
+        self._open_attempts += 1
+        raise ConcurrencyRejectedError(f"{table}: RESOURCE_EXHAUSTED: no streams for you")
+
+
+def test_supervisor_survives_more_than_a_thousand_consecutive_refusals(metrics: SinkMetrics) -> None:
+    """``2 ** 1024`` used to overflow the backoff computation and kill the supervisor thread."""
+    transport = AlwaysRefuse()
+    pool = StreamPool(
+        transport,
+        TABLE,
+        PoolConfig(
+            min_streams=1, healthy_member_wait_s=0.05, open_backoff_initial_s=1e-6, open_backoff_max_s=1e-5
+        ),
+        metrics=metrics,
+        seed=1,
+    )
+    pool.ensure_open(rows(0, 1).schema)
+    deadline = time.monotonic() + 20
+    while transport.open_attempts < 1200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert transport.open_attempts >= 1200, f"supervisor stopped after {transport.open_attempts} opens"
+    assert pool._supervisor is not None and pool._supervisor.is_alive()
+    assert pool.health().supervisor_errors == 0
+    pool.close()
+    assert backoff_ceiling(0.5, 30.0, 100_000) == 30.0
+
+
+def test_unexpected_supervisor_error_is_logged_counted_and_survived(
+    metrics: SinkMetrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = CountingRecorder()
+    transport = MemoryTransport()
+    pool, sink = make(
+        transport,
+        metrics,
+        recorder,
+        min_streams=1,
+        healthy_member_wait_s=5.0,
+        open_backoff_initial_s=0.01,
+    )
+    attach = pool._attach
+    calls = []
+
+    def attach_failing_once(member: object, stream: MemoryStream) -> bool:
+        calls.append(member)
+        if len(calls) == 1:
+            stream.close()
+            raise RuntimeError("injected supervisor bug")
+        return attach(member, stream)  # type: ignore[arg-type]
+
+    pool._attach = attach_failing_once  # type: ignore[method-assign]
+    with caplog.at_level("ERROR"):
+        sink.push(rows(0, 4))
+        sink.flush()
+    assert recorder.covered() == 4
+    health = pool.health()
+    assert health.supervisor_errors == 1
+    assert health.last_supervisor_error == "RuntimeError: injected supervisor bug"
+    assert health.as_dict()["supervisor_errors"] == 1
+    assert "injected supervisor bug" in caplog.text
+    pool.close()
+
+
+def test_metadata_only_schema_change_through_ensure_open_reopens_with_the_exact_schema(
+    metrics: SinkMetrics,
+) -> None:
+    """The SDK compares metadata too; the pool's streams must carry exactly the schema it was given."""
+    transport = MemoryTransport()
+    pool = StreamPool(transport, TABLE, PoolConfig(min_streams=1), metrics=metrics, seed=1)
+    schema = rows(0, 1).schema
+    pool.ensure_open(schema)
+    pool.ensure_open(schema)  # identical: nothing re-opened
+    assert transport.open_attempts == 1
+    labelled = schema.with_metadata({"pandas": '{"chunk": 1}'})
+    pool.ensure_open(labelled)
+    wait_for(lambda: transport.open_attempts == 2)
+    assert pool.schema is not None and pool.schema.equals(labelled, check_metadata=True)
+    assert transport.streams(TABLE)[-1].schema.equals(labelled, check_metadata=True)
+    pool.close()
+
+
+def wait_for(condition: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)

@@ -289,3 +289,36 @@ def test_context_exit_on_error_still_drains_and_keeps_the_error(metrics: SinkMet
         raise RuntimeError("asset failed")
     assert recorder.spans() == [OffsetRange(0, 3)]  # what was submitted was drained, not lost
     pool.close()
+
+
+def test_large_batches_are_stamped_with_exact_positions_and_source(
+    metrics: SinkMetrics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The buffer-built reserved columns (numpy positions, two-buffer source tag) equal the obvious ones,
+    and the ``pa.repeat`` fallback (source data past int32 offsets) gives the same column."""
+    transport = MemoryTransport()
+    pool = make_pool(transport, metrics)
+    sink = ZerobusSink(pool, source="asset/ünïcode", start_offset=2**40)
+    sink.push(rows(0, 50_000))
+    monkeypatch.setattr("zerobus_orchestration.sink.sink._MAX_STRING_DATA", 16)
+    sink.push(rows(50_000, 3))
+    sink.flush()
+    landed = transport.durable_table(TABLE).sort_by(OFFSET)
+    assert landed.column(OFFSET).to_pylist() == list(range(2**40, 2**40 + 50_003))
+    assert landed.column(SOURCE).type == pa.string()
+    assert landed.column(SOURCE).to_pylist() == ["asset/ünïcode"] * 50_003
+    assert landed.column("v").to_pylist() == list(range(50_003))
+    pool.close()
+
+
+def test_offset_column_check_catches_one_gap_deep_in_a_large_batch(metrics: SinkMetrics) -> None:
+    pool = make_pool(MemoryTransport(), metrics)
+    sink = ZerobusSink(pool, source="s", offset_column="pos")
+    positions = list(range(10, 20_010))
+    positions[15_000] += 1
+    with pytest.raises(ValueError, match="must hold contiguous ascending row positions"):
+        sink.push(pa.record_batch({"pos": pa.array(positions, pa.int64())}))
+    sink.push(pa.record_batch({"pos": pa.array(range(10, 20_010), pa.int64())}))
+    sink.flush()
+    assert pool.health().rows_delivered == 20_000
+    pool.close()

@@ -42,6 +42,8 @@ class HttpBackend(Protocol):
 
     def materialize_for_http(self, table: str | None) -> dict[str, Any]: ...
 
+    def note_activity(self) -> None: ...
+
 
 def make_http_server(host: str, port: int, backend: HttpBackend) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
@@ -66,6 +68,7 @@ def make_http_server(host: str, port: int, backend: HttpBackend) -> ThreadingHTT
             self._dispatch("PUT")
 
         def _dispatch(self, method: str) -> None:
+            backend.note_activity()  # any request keeps a shared (daemon) emulator from idling out
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             parts = urlsplit(self.path)
@@ -79,6 +82,7 @@ def make_http_server(host: str, port: int, backend: HttpBackend) -> ThreadingHTT
                     {"error": {"message": str(exc), "type": type(exc).__name__, "code": 500}},
                 )
             self._send(status, payload)
+            backend.note_activity()
 
         def _route(
             self, method: str, path: str, query: dict[str, list[str]], body: bytes

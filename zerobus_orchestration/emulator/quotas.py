@@ -31,6 +31,7 @@ class StreamLimiter:
         self.limit = limit
         self._open: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self.last_change = time.monotonic()  # when a stream last opened or closed (daemon idle clock)
 
     def acquire(self, table: str) -> bool:
         key = table.lower()
@@ -38,6 +39,7 @@ class StreamLimiter:
             if self.limit is not None and self._open[key] >= self.limit:
                 return False
             self._open[key] += 1
+            self.last_change = time.monotonic()
             return True
 
     def release(self, table: str) -> None:
@@ -46,7 +48,12 @@ class StreamLimiter:
             self._open[key] -= 1
             if self._open[key] <= 0:
                 del self._open[key]
+            self.last_change = time.monotonic()
 
     def open_streams(self, table: str) -> int:
         with self._lock:
             return self._open[table.lower()]
+
+    def total_open(self) -> int:
+        with self._lock:
+            return sum(self._open.values())

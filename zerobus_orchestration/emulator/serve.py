@@ -2,6 +2,10 @@
 
 Prints one JSON line with the endpoint, token URL and Iceberg REST URL (``--json``) or a short human
 summary, then serves until SIGINT/SIGTERM, committing everything acknowledged before exiting.
+
+``--daemon`` runs the shared emulator of the warehouse instead (see ``daemon.py``): it advertises itself
+in the state folder and also exits after ``--idle-shutdown`` seconds without clients. The runtime starts
+it with ``--config-stdin`` (the whole ``ZerobusConfig`` as JSON on stdin, so secrets stay off argv).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from zerobus_orchestration.config import EmulatorConfig
+from zerobus_orchestration.config import EmulatorConfig, ZerobusConfig
 from zerobus_orchestration.emulator.faults import FaultSpec, load_faults
 from zerobus_orchestration.emulator.server import Emulator
 
@@ -83,13 +87,54 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--faults", type=Path, default=None, help="JSON list of fault objects.")
     parser.add_argument("--json", action="store_true", help="Print one JSON line with the endpoints.")
     parser.add_argument("--no-iceberg", action="store_true", help="Skip the Iceberg mirror and REST facade.")
+    parser.add_argument("--iceberg-lag", type=float, default=2.0, help="Emulated UniForm conversion lag (s).")
+    parser.add_argument("--per-stream-mb-s", type=float, default=None, help="Per-stream throttle.")
+    parser.add_argument("--daemon", action="store_true", help="Run as the warehouse's shared emulator.")
+    parser.add_argument("--state-dir", default=None, help="--daemon: the local state folder.")
+    parser.add_argument("--idle-shutdown", type=float, default=300.0, help="--daemon: idle seconds to exit.")
+    parser.add_argument(
+        "--config-stdin", action="store_true", help="--daemon: read the whole ZerobusConfig JSON from stdin."
+    )
     args = parser.parse_args(argv)
+    if args.daemon:
+        sys.exit(_run_daemon(args))
     config = EmulatorConfig(
         host=args.host,
         port=args.port,
         token_port=args.token_port,
         time_to_table_s=args.time_to_table,
+        iceberg_lag_s=args.iceberg_lag,
+        per_stream_mb_s=args.per_stream_mb_s,
         max_streams_per_table=args.max_streams_per_table,
     )
     faults = load_faults(args.faults) if args.faults else None
     run(args.warehouse, config, faults, as_json=args.json, iceberg=not args.no_iceberg)
+
+
+def _run_daemon(args: argparse.Namespace) -> int:
+    import logging
+
+    from zerobus_orchestration.emulator.daemon import run_daemon
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s"
+    )
+    if args.config_stdin:
+        config = ZerobusConfig.model_validate_json(sys.stdin.read())
+    else:
+        config = ZerobusConfig(
+            warehouse=args.warehouse,
+            state_dir=args.state_dir,
+            emulator=EmulatorConfig(
+                mode="daemon",
+                host=args.host,
+                port=args.port,
+                token_port=args.token_port,
+                time_to_table_s=args.time_to_table,
+                iceberg_lag_s=args.iceberg_lag,
+                per_stream_mb_s=args.per_stream_mb_s,
+                max_streams_per_table=args.max_streams_per_table,
+                idle_shutdown_s=args.idle_shutdown,
+            ),
+        )
+    return run_daemon(config, as_json=args.json)

@@ -16,6 +16,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from http.server import ThreadingHTTPServer
@@ -110,6 +111,7 @@ class Emulator:
         self._token_port = 0
         self.replayed: dict[str, int] = {}
         self._lock_fd: int | None = None
+        self._last_request = time.monotonic()
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> Emulator:
@@ -290,6 +292,16 @@ class Emulator:
         if table:
             return {"table": table, "delta_version": self.materialize_now(table)}
         return {"tables": self.materialize_all()}
+
+    def note_activity(self) -> None:
+        """An HTTP request arrived (token, Iceberg REST, health, materialise)."""
+        self._last_request = time.monotonic()
+
+    def idle_s(self) -> float:
+        """Seconds with no open stream and no HTTP request (0 while any stream is open)."""
+        if self.limiter.total_open() > 0:
+            return 0.0
+        return time.monotonic() - max(self._last_request, self.limiter.last_change)
 
     def open_streams(self, table: str) -> int:
         return self.limiter.open_streams(TableName.parse(table).full_name)

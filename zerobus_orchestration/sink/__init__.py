@@ -13,7 +13,13 @@ from zerobus_orchestration.sink.confirmation import (
 )
 from zerobus_orchestration.sink.gate import SchemaGate
 from zerobus_orchestration.sink.health import PoolHealth, StreamHealth
-from zerobus_orchestration.sink.pool import DeliveryFailedError, PoolUnavailableError, StreamPool, Submitted
+from zerobus_orchestration.sink.pool import (
+    DeliveryFailedError,
+    PoolUnavailableError,
+    StreamPool,
+    SubmitFailedError,
+    Submitted,
+)
 from zerobus_orchestration.sink.sink import CommitInfo, OffsetSpan, Receipt, ZerobusSink
 
 __all__ = [
@@ -38,6 +44,7 @@ __all__ = [
     "SchemaGate",
     "StreamHealth",
     "StreamPool",
+    "SubmitFailedError",
     "Submitted",
     "ZerobusSink",
 ]

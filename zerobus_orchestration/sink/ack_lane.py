@@ -30,7 +30,14 @@ from typing import Protocol
 from zerobus_orchestration.errors import ErrorClass, classify
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import CoverageRecorder
-from zerobus_orchestration.sink.confirmation import LaneKind, PendingAck, check_lane, fire, span_of
+from zerobus_orchestration.sink.confirmation import (
+    LaneKind,
+    NoConfirm,
+    PendingAck,
+    check_lane,
+    fire_all,
+    span_of,
+)
 from zerobus_orchestration.sink.health import SampleReservoir
 from zerobus_orchestration.transport.base import Stream
 
@@ -302,22 +309,28 @@ class AckLane:
                 return exc, error_class
 
     def _confirm(self, burst: list[PendingAck]) -> None:
+        """Record the whole (offset-ordered) burst with one call, then resolve its futures."""
         now = time.monotonic()
+        failure: Exception | None = None
+        try:
+            fire_all([item.confirmation for item in burst], self._recorder)
+        except Exception as exc:  # the data is durable; only its coverage record failed
+            failure = exc
+            recorded = [item for item in burst if not isinstance(item.confirmation, NoConfirm)]
+            self.confirm_errors += len(recorded)
+            log.error(
+                "ack lane %s: recording %d range(s) (%s .. %s) failed: %s",
+                self._telemetry.stream_label,
+                len(recorded),
+                recorded[0].confirmation if recorded else None,
+                recorded[-1].confirmation if recorded else None,
+                exc,
+            )
         for item in burst:
-            try:
-                fire(item.confirmation, self._recorder)
-            except Exception as exc:  # the data is durable; only its coverage record failed
-                self.confirm_errors += 1
-                log.error(
-                    "ack lane %s: recording %s failed: %s",
-                    self._telemetry.stream_label,
-                    item.confirmation,
-                    exc,
-                )
-                if item.future is not None and not item.future.done():
-                    item.future.set_exception(exc)
-            else:
-                if item.future is not None and not item.future.done():
+            if item.future is not None and not item.future.done():
+                if failure is not None and not isinstance(item.confirmation, NoConfirm):
+                    item.future.set_exception(failure)
+                else:
                     item.future.set_result(span_of(item.confirmation))
             self._telemetry.latency.add(now - item.submitted_at)
             self._m_latency.observe(now - item.submitted_at)

@@ -9,6 +9,7 @@ batch is submitted, so the mismatch can never surface as a half-confirmed run.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -72,6 +73,8 @@ class PendingAck:
     ``seq`` numbers batches per pool member for the life of the process (a rebuild re-submits with
     a new stream ``offset`` but the same ``seq``), which is what ``submitted``/``delivered`` count.
     ``batch`` is kept only so a poisoned stream's unacknowledged batches can be re-submitted.
+    ``rows`` / ``nbytes`` are measured once, here (``batch.nbytes`` walks every buffer); pass
+    ``nbytes`` when the caller already measured it.
     """
 
     lane: LaneKind
@@ -82,22 +85,29 @@ class PendingAck:
     batch: pa.RecordBatch
     future: Future[OffsetRange | None] | None = None
     resubmitted: bool = False
+    rows: int = -1
+    nbytes: int = -1
 
     def __post_init__(self) -> None:
         check_lane(self.lane, self.confirmation)
-
-    @property
-    def rows(self) -> int:
-        return int(self.batch.num_rows)
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.batch.nbytes)
+        if self.rows < 0:
+            object.__setattr__(self, "rows", int(self.batch.num_rows))
+        if self.nbytes < 0:
+            object.__setattr__(self, "nbytes", int(self.batch.nbytes))
 
     def moved_to(self, offset: int) -> PendingAck:
         """The same pending batch after re-submission on a rebuilt stream at ``offset``."""
         return PendingAck(
-            self.lane, self.seq, offset, self.confirmation, self.submitted_at, self.batch, self.future, True
+            self.lane,
+            self.seq,
+            offset,
+            self.confirmation,
+            self.submitted_at,
+            self.batch,
+            self.future,
+            resubmitted=True,
+            rows=self.rows,
+            nbytes=self.nbytes,
         )
 
 
@@ -109,9 +119,17 @@ def span_of(confirmation: Confirmation) -> OffsetRange | None:
 
 def fire(confirmation: Confirmation, recorder: CoverageRecorder | None) -> None:
     """Record ``confirmation``. Called only by an ack lane, only after the durable acknowledgement."""
-    if recorder is None or isinstance(confirmation, NoConfirm):
+    fire_all((confirmation,), recorder)
+
+
+def fire_all(confirmations: Sequence[Confirmation], recorder: CoverageRecorder | None) -> None:
+    """Record a burst of confirmations with one ``record_many`` (one store transaction), in the
+    order given. Called only by an ack lane, only after the burst's durable acknowledgement."""
+    if recorder is None:
         return
-    recorder.record(confirmation.key, confirmation.span)
+    items = [(c.key, c.span) for c in confirmations if not isinstance(c, NoConfirm)]
+    if items:
+        recorder.record_many(items)
 
 
 @dataclass
@@ -122,8 +140,11 @@ class RecordingCoverage:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, key: CoverageKey, span: OffsetRange) -> None:
+        self.record_many(((key, span),))
+
+    def record_many(self, items: Iterable[tuple[CoverageKey, OffsetRange]]) -> None:
         with self._lock:
-            self.records.append((key, span))
+            self.records.extend(items)
 
     def covered(self, key: CoverageKey | None = None) -> int:
         """Rows recorded for ``key`` (all keys when None), counting overlaps once."""

@@ -77,6 +77,9 @@ class PoolHealth:
     delivery_latency_p99_s: float | None
     closed: bool
     streams: tuple[StreamHealth, ...]
+    supervisor_errors: int = 0
+    """Unexpected errors the pool's supervisor logged and survived (each one is in the log)."""
+    last_supervisor_error: str | None = None
 
     @property
     def healthy(self) -> bool:

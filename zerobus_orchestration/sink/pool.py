@@ -43,6 +43,21 @@ class DeliveryFailedError(ZerobusOrchestrationError, RuntimeError):
     """Some batches could not be delivered (their stream failed beyond repair); coverage excludes them."""
 
 
+class SubmitFailedError(ZerobusOrchestrationError, RuntimeError):
+    """Fresh streams kept refusing one batch at submit; retrying it would only open more streams."""
+
+
+POISONED_SUBMIT_ATTEMPTS = 3
+"""Submits of one batch that may poison a stream before it is refused (each costs a stream rebuild)."""
+_MAX_BACKOFF_DOUBLINGS = 62  # 2.0 ** n overflows a float past ~1023; the ceiling caps the delay long before
+
+
+def backoff_ceiling(initial_s: float, max_s: float, failures: int) -> float:
+    """``min(max_s, initial_s * 2 ** (failures - 1))`` without overflowing after very many failures."""
+    doublings = min(max(failures - 1, 0), _MAX_BACKOFF_DOUBLINGS)
+    return min(max_s, initial_s * 2.0**doublings)
+
+
 class MemberState(StrEnum):
     OPENING = "opening"
     HEALTHY = "healthy"
@@ -130,10 +145,14 @@ class StreamPool:
         self._closed = False
         self._rr = 0
         self._consecutive_rejects = 0
+        self._consecutive_supervisor_errors = 0
         self._open_not_before = 0.0
         self.concurrency_rejects = 0
         self.open_attempts = 0
+        self.open_refusals = 0
         self.lane_failures = 0
+        self.supervisor_errors = 0
+        self.last_supervisor_error: str | None = None
         self._coalesce = SampleReservoir()
         self._latency = SampleReservoir()
         self._m_rejects = self.metrics.concurrency_rejects.labels(table=table)
@@ -157,7 +176,8 @@ class StreamPool:
         with self._open_lock:
             if self._closing:
                 raise SinkClosedError(f"{self.table}: the stream pool is closed")
-            if self._schema is not None and self._schema.equals(schema):
+            # Metadata counts, as it does for the SDK: streams are opened with exactly this schema.
+            if self._schema is not None and self._schema.equals(schema, check_metadata=True):
                 return
             if self._schema is None:
                 self._schema = schema
@@ -191,13 +211,14 @@ class StreamPool:
     def _await_first_open(self) -> None:
         """Let the supervisor open every member before the first batch, so the pool starts balanced.
 
-        Stops waiting at the first refusal once one member is healthy (the rest open in the background,
-        after their backoff), and at ``healthy_member_wait_s`` in any case.
+        Once the service refused an open, stops waiting as soon as one member is healthy (the rest open
+        in the background, after their backoff), and at ``healthy_member_wait_s`` in any case.
+        ``_back_off`` and ``_attach`` both notify, so neither a refusal nor an open is slept through.
         """
         deadline = time.monotonic() + self.config.healthy_member_wait_s
         with self._cond:
             while any(m.state is MemberState.OPENING for m in self._members):
-                if self._consecutive_rejects and self._healthy_count():
+                if self.open_refusals and self._healthy_count():
                     return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -213,16 +234,20 @@ class StreamPool:
         *,
         key: str | None = None,
         future: Future[OffsetRange | None] | None = None,
+        nbytes: int | None = None,
     ) -> Submitted:
         """Submit ``batch`` on a healthy member without waiting for durability.
 
         Waits only while that member's ack channel is full (backpressure) or, bounded by
-        ``healthy_member_wait_s``, while no member is healthy.
+        ``healthy_member_wait_s``, while no member is healthy. A submit that poisons its stream is
+        retried on a rebuilt stream a few times, backed off; see ``_pause_after_poisoned_submit``.
+        ``nbytes``: the batch's size if the caller already knows it (saves recomputing it).
         """
         check_lane(self.lane_kind, confirmation)
         if self._schema is None:
             raise RuntimeError(f"{self.table}: ensure_open(schema) must run before the first submit")
         deadline = time.monotonic() + self.config.healthy_member_wait_s
+        poisoned_submits, first_poisoned_at = 0, 0.0
         while True:
             member = self._select(key, deadline)
             if key is None:
@@ -244,15 +269,59 @@ class StreamPool:
                     offset = stream.submit(batch)
                 except Exception as exc:
                     lane.release()
-                    if classify(exc) is ErrorClass.POISON:
-                        self._start_rebuild_locked(member, exc)
-                        self._notify()
-                        continue
-                    raise
-                seq = member.next_seq
-                member.next_seq += 1
-                lane.put(PendingAck(self.lane_kind, seq, offset, confirmation, submitted_at, batch, future))
-                return Submitted(member.index, seq, offset)
+                    if classify(exc) is not ErrorClass.POISON:
+                        raise
+                    self._start_rebuild_locked(member, exc)
+                    poison: Exception = exc
+                else:
+                    seq = member.next_seq
+                    member.next_seq += 1
+                    lane.put(
+                        PendingAck(
+                            self.lane_kind,
+                            seq,
+                            offset,
+                            confirmation,
+                            submitted_at,
+                            batch,
+                            future,
+                            nbytes=batch.nbytes if nbytes is None else nbytes,
+                        )
+                    )
+                    return Submitted(member.index, seq, offset)
+            self._notify()
+            poisoned_submits += 1
+            if poisoned_submits == 1:
+                first_poisoned_at = time.monotonic()
+            self._pause_after_poisoned_submit(poison, poisoned_submits, first_poisoned_at)
+
+    def _pause_after_poisoned_submit(self, error: Exception, attempts: int, since: float) -> None:
+        """Bound what one batch that keeps poisoning streams at submit can cost.
+
+        Each poisoned submit rebuilds a stream, so an unbounded retry is a reopen storm. The batch gets
+        ``POISONED_SUBMIT_ATTEMPTS`` tries within ``rebuild_budget_s``, spaced by the open backoff
+        (jittered); then it is refused loudly while the pool keeps serving other batches.
+        """
+        cfg = self.config
+        elapsed = time.monotonic() - since
+        if attempts >= POISONED_SUBMIT_ATTEMPTS or elapsed >= cfg.rebuild_budget_s:
+            raise SubmitFailedError(
+                f"{self.table}: submitting one batch poisoned {attempts} stream(s) in {elapsed:.2f}s "
+                f"(last error: {error}); not retried further, so as not to reopen streams in a loop. "
+                "Fix: check the batch against the table's schema and the service limits (record size, "
+                "column values), then push it again; other batches keep flowing"
+            ) from error
+        ceiling = backoff_ceiling(cfg.open_backoff_initial_s, cfg.open_backoff_max_s, attempts)
+        delay = min(ceiling * (0.5 + 0.5 * self._rng.random()), cfg.rebuild_budget_s - elapsed)
+        log.warning(
+            "%s: submit poisoned a stream (%d of %d attempts for this batch), retry in %.2fs: %s",
+            self.table,
+            attempts,
+            POISONED_SUBMIT_ATTEMPTS,
+            delay,
+            error,
+        )
+        time.sleep(max(delay, 0.0))
 
     def _with_room(self, chosen: _Member) -> _Member:
         """Round-robin skips a member whose channel is full while another has room.
@@ -348,9 +417,34 @@ class StreamPool:
                     self._cond.wait(timeout if timeout is None else max(timeout, 0.001))
                     continue
             for member in due:
-                self._repair(member)
+                try:
+                    self._repair(member)
+                except Exception as exc:  # never let one bad pass kill the only thread that repairs
+                    self._supervisor_error(member, exc)
+                else:
+                    self._consecutive_supervisor_errors = 0
                 if time.monotonic() < self._open_not_before:
                     break  # a reject: every pending open waits out the same backoff
+
+    def _supervisor_error(self, member: _Member, exc: Exception) -> None:
+        """Log, count (health shows it), and back off before the next pass instead of spinning."""
+        self.supervisor_errors += 1
+        self._consecutive_supervisor_errors += 1
+        self.last_supervisor_error = f"{type(exc).__name__}: {exc}"
+        cfg = self.config
+        ceiling = backoff_ceiling(
+            cfg.open_backoff_initial_s, cfg.open_backoff_max_s, self._consecutive_supervisor_errors
+        )
+        self._open_not_before = max(self._open_not_before, time.monotonic() + ceiling)
+        log.exception(
+            "%s: unexpected error repairing stream %d (%d so far); supervisor keeps running, next pass in "
+            "%.2fs",
+            self.table,
+            member.index,
+            self.supervisor_errors,
+            ceiling,
+        )
+        self._notify()
 
     def _retire(self, member: _Member) -> bool:
         """Stop a rebuilding member's old lane and collect what it did not confirm."""
@@ -403,31 +497,36 @@ class StreamPool:
                 return
             self._back_off(member, exc, error_class)
             return
-        self._consecutive_rejects = 0
-        self._attach(member, stream)
+        if self._attach(member, stream):
+            self._consecutive_rejects = 0  # only a usable stream ends the backoff, not a bare open
 
-    def _back_off(self, member: _Member, exc: BaseException, error_class: ErrorClass) -> None:
+    def _back_off(
+        self, member: _Member, exc: BaseException, error_class: ErrorClass, what: str = "opening"
+    ) -> None:
         if error_class is ErrorClass.CONCURRENCY_REJECT:
             self.concurrency_rejects += 1
             self._m_rejects.inc()
+        self.open_refusals += 1
         self._consecutive_rejects += 1
         cfg = self.config
-        ceiling = min(
-            cfg.open_backoff_max_s, cfg.open_backoff_initial_s * 2 ** (self._consecutive_rejects - 1)
-        )
+        rejects = self._consecutive_rejects
+        ceiling = backoff_ceiling(cfg.open_backoff_initial_s, cfg.open_backoff_max_s, rejects)
         delay = ceiling * (0.5 + 0.5 * self._rng.random())  # jitter: never in lock-step with other pools
         self._open_not_before = time.monotonic() + delay
         log.warning(
-            "%s: opening stream %d refused (%s), retry in %.2fs; %d healthy member(s) keep sending: %s",
+            "%s: %s stream %d refused (%s), retry in %.2fs; %d healthy member(s) keep sending: %s",
             self.table,
+            what,
             member.index,
             error_class,
             delay,
             self._healthy_count(),
             exc,
         )
+        self._notify()  # a first write waiting in _await_first_open may go ahead on the healthy members
 
-    def _attach(self, member: _Member, stream: Stream) -> None:
+    def _attach(self, member: _Member, stream: Stream) -> bool:
+        """Start ``stream``'s lane and re-submit what the member's old stream left; False if that failed."""
         telemetry = LaneTelemetry(self.metrics, self.table, str(member.index), self._coalesce, self._latency)
         lane = AckLane(
             stream,
@@ -443,22 +542,26 @@ class StreamPool:
             rebuilt = member.state is MemberState.REBUILDING and member.counts_as_rebuild
             pending, member.resubmit = member.resubmit, []
             member.stream, member.lane = stream, lane
+            resubmit_error: Exception | None = None
             for index, item in enumerate(pending):
                 try:
                     offset = stream.submit(item.batch)
                 except Exception as exc:
                     member.resubmit = pending[index:]
                     member.state = MemberState.REBUILDING
-                    log.warning(
-                        "%s: re-submitting on new stream %d failed: %s", self.table, member.index, exc
-                    )
-                    return
+                    resubmit_error = exc
+                    break
                 lane.put_resubmitted(item.moved_to(offset))
-            member.state = MemberState.HEALTHY
-            member.rebuild_started = None
-            if rebuilt:
-                member.rebuilds += 1
-                self.metrics.stream_rebuilds.labels(table=self.table, stream=str(member.index)).inc()
+            else:
+                member.state = MemberState.HEALTHY
+                member.rebuild_started = None
+                if rebuilt:
+                    member.rebuilds += 1
+                    self.metrics.stream_rebuilds.labels(table=self.table, stream=str(member.index)).inc()
+        if resubmit_error is not None:
+            # Backed off like a refused open: re-opening at once would meet the same failure, in a loop.
+            self._back_off(member, resubmit_error, classify(resubmit_error), what="re-submitting on new")
+            return False
         log.info(
             "%s: stream %d open (%s)%s",
             self.table,
@@ -467,6 +570,7 @@ class StreamPool:
             f", {len(pending)} unacknowledged batch(es) re-submitted" if pending else "",
         )
         self._notify()
+        return True
 
     def _fail_member(self, member: _Member, error: BaseException) -> None:
         with member.lock:
@@ -593,4 +697,6 @@ class StreamPool:
             delivery_latency_p99_s=self._latency.percentile(99),
             closed=self._closed,
             streams=tuple(streams),
+            supervisor_errors=self.supervisor_errors,
+            last_supervisor_error=self.last_supervisor_error,
         )

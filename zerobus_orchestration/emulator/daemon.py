@@ -1,0 +1,134 @@
+"""The shared local emulator of one warehouse (``emulator.mode = "daemon"``), server side.
+
+Only one process may hold a warehouse's emulator (the WAL lock), and an emulator inside a step or task
+process dies with it. The daemon is that one emulator in a process of its own, found and started by
+``launcher.connect_daemon``: it advertises itself in ``<state>/emulator.json`` once it serves, and exits
+by itself after ``idle_shutdown_s`` with no open stream and no HTTP request (or on SIGTERM/SIGINT),
+committing its write-ahead log to Delta and removing its advertisement.
+
+    python -m zerobus_orchestration.emulator --warehouse ./wh --daemon --json   # started by hand
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from pydantic import SecretStr
+
+from zerobus_orchestration.config import ZerobusConfig
+from zerobus_orchestration.emulator.advert import (
+    Advertisement,
+    DaemonPaths,
+    StartLock,
+    emulator_settings_digest,
+    remove_advertisement,
+    write_advertisement,
+)
+from zerobus_orchestration.emulator.server import Emulator
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_LOCK_WAIT_S = 10.0  # a starter holds the lock only to check or start; never this long
+
+
+def state_dir(config: ZerobusConfig) -> Path:
+    """``config.state_path`` made absolute (as the runtime resolves it)."""
+    return Path(os.path.abspath(config.state_path.removeprefix("file://")))
+
+
+def daemon_paths(config: ZerobusConfig) -> DaemonPaths:
+    return DaemonPaths(state_dir(config))
+
+
+def config_for_daemon(config: ZerobusConfig) -> str:
+    """``config`` as JSON for the daemon's stdin: secrets revealed (never on argv), paths absolute."""
+
+    def reveal(value: Any) -> Any:
+        if isinstance(value, SecretStr):
+            return value.get_secret_value()
+        if isinstance(value, dict):
+            return {k: reveal(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [reveal(v) for v in value]
+        return value
+
+    data = reveal(config.model_dump(mode="python"))
+    if config.local_warehouse:
+        data["warehouse"] = os.path.abspath(config.warehouse.removeprefix("file://"))
+    data["state_dir"] = str(state_dir(config))
+    return json.dumps(data, default=str)
+
+
+def run_daemon(config: ZerobusConfig, *, as_json: bool = False) -> int:
+    """Serve ``config.warehouse`` until idle or signalled; the process exit code."""
+    from zerobus_orchestration.runtime import _build_credentials, start_in_process_emulator
+
+    paths = daemon_paths(config)
+    paths.state.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("zerobus emulator daemon %d starting for %s", os.getpid(), config.warehouse)
+    try:
+        emulator = start_in_process_emulator(config, _build_credentials(config))
+    except Exception:
+        log.exception("zerobus emulator daemon %d could not start", os.getpid())
+        return 1
+    advert = Advertisement(
+        pid=os.getpid(),
+        endpoint=emulator.endpoint,
+        workspace_url=emulator.workspace_url,
+        iceberg_rest_uri=emulator.iceberg_rest_uri,
+        warehouse=config.warehouse,
+        started_at=time.time(),
+        idle_shutdown_s=config.emulator.idle_shutdown_s,
+        settings=emulator_settings_digest(config.emulator),
+    )
+    lock = StartLock(paths.lock)
+    try:
+        write_advertisement(paths.advert, advert)
+        log.info("zerobus emulator daemon %d serving %s at %s", advert.pid, advert.warehouse, advert.endpoint)
+        if as_json:
+            sys.stdout.write(json.dumps(advert.as_dict()) + "\n")
+            sys.stdout.flush()
+        reason = _serve(emulator, stop, lock, config.emulator.idle_shutdown_s)
+        log.info("zerobus emulator daemon %d stopping: %s", advert.pid, reason)
+    finally:
+        # Unadvertise first, under the lock: a client either saw this daemon alive and reset its idle
+        # clock before we decided, or finds no advertisement and starts a fresh daemon after we stop.
+        remove_advertisement(paths.advert, advert.pid)
+        try:
+            emulator.stop()  # commits everything acknowledged to Delta, closes the WALs, drops the WAL lock
+        finally:
+            lock.release()
+    log.info("zerobus emulator daemon %d stopped; write-ahead log committed", advert.pid)
+    return 0
+
+
+def _serve(emulator: Emulator, stop: threading.Event, lock: StartLock, idle_shutdown_s: float) -> str:
+    """Wait for a signal or for ``idle_shutdown_s`` of idleness; returns holding ``lock`` if it could."""
+    poll_s = min(0.5, idle_shutdown_s / 4)
+    while not stop.wait(poll_s):
+        if emulator.idle_s() < idle_shutdown_s:
+            continue
+        if not lock.acquire(timeout_s=poll_s):  # a starter is checking this daemon: it is not idle
+            continue
+        if emulator.idle_s() >= idle_shutdown_s:
+            return f"idle for {idle_shutdown_s:g} s"
+        lock.release()
+    if not lock.acquire(timeout_s=SHUTDOWN_LOCK_WAIT_S):
+        log.warning("stopping without %s (a starter holds it)", lock.path)
+    return "signalled"

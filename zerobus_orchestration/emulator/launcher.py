@@ -1,0 +1,146 @@
+"""Find or start the shared emulator of a warehouse (``emulator.mode = "daemon"``), client side.
+
+Under ``<state>/emulator.lock``: use the advertised daemon if its pid is alive and it answers its health
+check; otherwise start ``python -m zerobus_orchestration.emulator --daemon`` detached (its own session,
+output to ``<state>/emulator.log``, the config on stdin so secrets never reach argv) and wait, bounded,
+until it advertises itself and answers. Concurrent starters queue on the lock, so one daemon starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from zerobus_orchestration.config import ZerobusConfig
+from zerobus_orchestration.emulator.advert import (
+    Advertisement,
+    DaemonPaths,
+    StartLock,
+    emulator_settings_digest,
+    is_live,
+    read_advertisement,
+    remove_advertisement,
+)
+from zerobus_orchestration.emulator.daemon import config_for_daemon, daemon_paths
+from zerobus_orchestration.emulator.handle import RemoteEmulator
+from zerobus_orchestration.errors import ZerobusOrchestrationError
+
+log = logging.getLogger(__name__)
+
+START_MARKER = "starting zerobus emulator daemon"  # one line per lock-guarded start, in the log file
+_LOG_TAIL_LINES = 20
+
+
+class EmulatorDaemonError(ZerobusOrchestrationError):
+    """The shared emulator could not be started or reached; the message names its log file."""
+
+
+def connect_daemon(config: ZerobusConfig) -> RemoteEmulator:
+    """A handle on ``config.warehouse``'s shared emulator, started if none serves."""
+    paths = daemon_paths(config)
+    paths.state.mkdir(parents=True, exist_ok=True)
+    timeout_s = config.emulator.daemon_start_timeout_s
+    lock = StartLock(paths.lock)
+    # A waiting starter may queue behind one that is itself waiting for a daemon to come up.
+    if not lock.acquire(timeout_s * 2 + 10):
+        raise EmulatorDaemonError(
+            f"{paths.lock} stayed locked for {timeout_s * 2 + 10:g} s: another process is stuck starting "
+            f"the shared emulator of {config.warehouse}; see {paths.log}"
+        )
+    try:
+        advert = read_advertisement(paths.advert)
+        if advert is not None and is_live(advert):
+            _warn_if_settings_differ(config, advert)
+            log.info("using the shared Zerobus emulator %d at %s", advert.pid, advert.endpoint)
+            return RemoteEmulator(advert)
+        if advert is not None:
+            log.warning("stale emulator advertisement (pid %d no longer serves): replacing it", advert.pid)
+            remove_advertisement(paths.advert, advert.pid)
+        advert = _start(config, paths, timeout_s)
+    finally:
+        lock.release()
+    log.info("started the shared Zerobus emulator %d at %s (log %s)", advert.pid, advert.endpoint, paths.log)
+    return RemoteEmulator(advert)
+
+
+def _start(config: ZerobusConfig, paths: DaemonPaths, timeout_s: float) -> Advertisement:
+    command = [
+        sys.executable,
+        "-m",
+        "zerobus_orchestration.emulator",
+        "--warehouse",
+        config.warehouse,
+        "--json",
+        "--daemon",
+        "--config-stdin",
+    ]
+    with open(paths.log, "ab") as log_file:
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        log_file.write(f"{stamp} {START_MARKER} for {config.warehouse} (by pid {os.getpid()})\n".encode())
+        log_file.flush()
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            cwd=paths.state,
+            start_new_session=True,  # outlives the step or task that started it, and its signals
+            close_fds=True,
+        )
+    assert process.stdin is not None
+    try:
+        process.stdin.write(config_for_daemon(config).encode())
+        process.stdin.close()
+    except OSError:  # it died before reading; reported below with its log
+        pass
+    advert = _wait_until_serving(process, paths, timeout_s)
+    # Reap it when it exits, so its pid does not linger as a zombie that looks alive.
+    threading.Thread(target=process.wait, name="zerobus-emulator-reaper", daemon=True).start()
+    return advert
+
+
+def _wait_until_serving(
+    process: subprocess.Popen[bytes], paths: DaemonPaths, timeout_s: float
+) -> Advertisement:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        code = process.poll()
+        if code is not None:
+            raise EmulatorDaemonError(
+                f"the shared Zerobus emulator exited with code {code} while starting; see {paths.log}:\n"
+                + _tail(paths.log)
+            )
+        advert = read_advertisement(paths.advert)
+        if advert is not None and advert.pid == process.pid and is_live(advert):
+            return advert
+        time.sleep(0.05)
+    process.kill()
+    process.wait()
+    raise EmulatorDaemonError(
+        f"the shared Zerobus emulator did not serve within {timeout_s:g} s (killed it); see {paths.log} "
+        "(or raise zerobus.emulator.daemon_start_timeout_s):\n" + _tail(paths.log)
+    )
+
+
+def _warn_if_settings_differ(config: ZerobusConfig, advert: Advertisement) -> None:
+    if advert.settings != emulator_settings_digest(config.emulator):
+        log.warning(
+            "the shared emulator of %s (pid %d) was started with other emulator settings; using it as is "
+            "(stop it, or let it idle out, to apply this config's)",
+            config.warehouse,
+            advert.pid,
+        )
+
+
+def _tail(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-_LOG_TAIL_LINES:])
