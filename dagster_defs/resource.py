@@ -12,8 +12,7 @@ No ``from __future__ import annotations`` here: Dagster resolves resource annota
 """
 
 import json
-import os
-import threading
+import logging
 from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any
@@ -28,37 +27,15 @@ from zerobus_orchestration.runtime import (
     WriteResult,
     ZerobusRuntime,
     acquire_runtime,
-    close_all_runtimes,
     release_runtime,
 )
 from zerobus_orchestration.sink.sink import ZerobusSink
 
-_guarded_pid: int | None = None
+log = logging.getLogger(__name__)
 
 # Steps of the default multiprocess executor are parallel processes: they share one emulator process
 # per warehouse instead of each starting its own (only one may hold a warehouse).
 EMBEDDED_MODE: EmulatorMode = "daemon"
-
-
-def _close_runtimes_before_thread_join() -> None:
-    """Close this process's runtimes before the interpreter joins non-daemon threads at exit.
-
-    NEEDS-RUNTIME: belongs in ``runtime._install_exit_hooks``. ``atexit`` runs only after
-    ``threading._shutdown`` has joined every ``concurrent.futures`` worker, and the embedded emulator's
-    gRPC workers serve open streams until the runtime closes them: without this, a process that used
-    the embedded runtime (``dagster asset materialize``, a ``dagster dev`` run worker) finishes its run
-    and then never exits. Hooks registered here run before those joins; closing is idempotent.
-    """
-    global _guarded_pid
-    if _guarded_pid == os.getpid():
-        return
-    register = getattr(threading, "_register_atexit", None)
-    if register is not None:
-        try:
-            register(close_all_runtimes)
-        except RuntimeError:  # the interpreter is already shutting down; atexit still applies
-            return
-    _guarded_pid = os.getpid()
 
 
 def _option_tree(options: Mapping[str, str]) -> dict[str, Any]:
@@ -200,11 +177,9 @@ class ZerobusResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         cfg = self.zerobus_config()
-        _close_runtimes_before_thread_join()
         self._runtime = acquire_runtime(cfg)
         self._acquired = cfg
-        if context.log is not None:
-            context.log.debug(f"zerobus runtime {cfg.config_hash()} (embedded={cfg.embedded})")
+        log.debug("zerobus runtime %s (embedded=%s)", cfg.config_hash(), cfg.embedded)
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         # Durability was awaited inside handle_output; this flush is only a courtesy, and teardown
@@ -230,7 +205,6 @@ class ZerobusResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         """The process-scoped runtime (acquired lazily when used outside a Dagster run, e.g. a script)."""
         if self._runtime is None:
             cfg = self.zerobus_config()
-            _close_runtimes_before_thread_join()
             self._runtime = acquire_runtime(cfg)
             self._acquired = cfg
         return self._runtime

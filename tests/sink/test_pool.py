@@ -276,10 +276,21 @@ def test_registry_reuses_one_long_lived_pool_per_table(metrics: SinkMetrics) -> 
 # -- first open, reopen storms, supervisor survival -----------------------------------------------------
 
 
+class SlowToRefuse(MemoryTransport):
+    """One stream per table; a second open is refused only after a while (a real service round trip)."""
+
+    def open_stream(self, table: str, schema: pa.Schema) -> MemoryStream:
+        if self.streams(table):
+            self._open_attempts += 1
+            time.sleep(0.3)  # the first write is already waiting when the refusal arrives
+            raise ConcurrencyRejectedError(f"{table}: RESOURCE_EXHAUSTED: too many concurrent streams")
+        return super().open_stream(table, schema)
+
+
 def test_first_write_goes_ahead_as_soon_as_the_service_refuses_a_member(metrics: SinkMetrics) -> None:
     """The service allows one stream; the first write must not wait out ``healthy_member_wait_s`` for the
     refused member (regression: ``_back_off`` did not wake ``_await_first_open``)."""
-    transport = MemoryTransport(faults=FaultPlan(max_streams_per_table=1))
+    transport = SlowToRefuse()
     pool, sink = make(
         transport,
         metrics,

@@ -88,6 +88,7 @@ class MemoryTransport:
         self.keep_payloads = keep_payloads
         self._clock = clock
         self._lock = threading.Lock()
+        self._open_lock = threading.Lock()
         self._latency_rng = random.Random(self.latency.seed)
         self._fault_rng = random.Random(self.faults.seed)
         self._durable: dict[str, list[DurableBatch]] = {}
@@ -100,19 +101,26 @@ class MemoryTransport:
     # -- Transport protocol -------------------------------------------------------------------------
 
     def open_stream(self, table: str, schema: pa.Schema) -> MemoryStream:
-        with self._lock:
-            self._open_attempts += 1
-            live = sum(1 for s in self._streams if s.table == table and s.is_live)
+        # Lock order is stream -> transport (a settling stream records durable batches under the
+        # transport lock), so liveness is read with the transport lock released; ``_open_lock`` keeps
+        # opens serial, so the limit check and the append still act as one step.
+        with self._open_lock:
+            with self._lock:
+                self._open_attempts += 1
+                attempt = self._open_attempts
+                existing = [s for s in self._streams if s.table == table]
+            live = sum(1 for s in existing if s.is_live)
             limit = self.faults.max_streams_per_table
-            if self._open_attempts <= self.faults.reject_first_opens or (limit is not None and live >= limit):
-                self._rejected_opens += 1
-                raise ConcurrencyRejectedError(
-                    f"{table}: RESOURCE_EXHAUSTED: too many concurrent streams ({live} open)"
-                )
-            index = len(self._streams)
-            stream = MemoryStream(self, table, schema, index)
-            self._streams.append(stream)
-            return stream
+            with self._lock:
+                if attempt <= self.faults.reject_first_opens or (limit is not None and live >= limit):
+                    self._rejected_opens += 1
+                    raise ConcurrencyRejectedError(
+                        f"{table}: RESOURCE_EXHAUSTED: too many concurrent streams ({live} open)"
+                    )
+                index = len(self._streams)
+                stream = MemoryStream(self, table, schema, index)
+                self._streams.append(stream)
+                return stream
 
     def close(self) -> None:
         with self._lock:
