@@ -9,7 +9,7 @@ Naming follows Dagster's DB IO managers so users keep one mental model:
 
 ``zerobus/table`` may also be a full three-part name, which then wins over everything else.
 
-Coverage keys (TEAM_NOTES runtime contract): ``source`` is the asset key joined by ``/``; ``partition``
+Coverage keys (README, "Coverage and resume"): ``source`` is the asset key joined by ``/``; ``partition``
 is ``"<partition key or ''>@<run_id>"``, so every run appends its own coverage and a retried step of the
 same run resumes where the previous attempt stopped.
 """

@@ -21,7 +21,7 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field, PrivateAttr, SecretStr
 
-from zerobus_orchestration.config import EmulatorMode, Role, ZerobusConfig, load_config
+from zerobus_orchestration.config import EmulatorMode, Role, ZerobusConfig, load_config, nest_keys
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.runtime import (
     WriteResult,
@@ -38,25 +38,8 @@ log = logging.getLogger(__name__)
 EMBEDDED_MODE: EmulatorMode = "daemon"
 
 
-def _option_tree(options: Mapping[str, str]) -> dict[str, Any]:
-    """``{"emulator.iceberg_lag_s": "0.3"}`` -> ``{"emulator": {"iceberg_lag_s": "0.3"}}``."""
-    tree: dict[str, Any] = {}
-    for dotted, value in options.items():
-        parts = [p for p in dotted.split(".") if p]
-        if not parts:
-            continue
-        node = tree
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"ZerobusResource.options: {dotted!r} conflicts with another option")
-            node = child
-        node[parts[-1]] = value
-    return tree
-
-
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """The inverse of ``_option_tree`` over a ``model_dump``, revealing secrets (see ``from_config``)."""
+    """Inverse of ``nest_keys(options, ".")`` over a ``model_dump``, secrets revealed (``from_config``)."""
     flat: dict[str, str] = {}
     for key, value in data.items():
         dotted = f"{prefix}{key}"
@@ -159,7 +142,7 @@ class ZerobusResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         Embedded, ``emulator.mode`` defaults to ``daemon`` unless set in any of those: the multiprocess
         executor runs steps in parallel processes, and they share one emulator per warehouse.
         """
-        overrides: dict[str, Any] = _option_tree(self.options)
+        overrides: dict[str, Any] = nest_keys(self.options, ".", origin="ZerobusResource.options")
         typed = {
             "endpoint": self.endpoint,
             "workspace_url": self.workspace_url,

@@ -267,27 +267,41 @@ class ZerobusConfig(_Model):
         return hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+def nest_keys(flat: Mapping[str, Any], separator: str, *, origin: str) -> dict[str, Any]:
+    """``{"pool__min_streams": 2}`` (separator ``__``) -> ``{"pool": {"min_streams": 2}}``.
+
+    ``origin`` names where the keys came from, for the error when one key is a prefix of another.
+    """
     tree: dict[str, Any] = {}
-    for key, value in environ.items():
-        if not key.startswith(ENV_PREFIX) or key == ENV_PREFIX:
+    for flat_key, value in flat.items():
+        path = [part for part in flat_key.split(separator) if part]
+        if not path:
             continue
-        path = key[len(ENV_PREFIX) :].lower().split("__")
         node = tree
         for part in path[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise ConfigError(f"ZEROBUS_{'__'.join(path).upper()}: conflicts with another variable")
+                raise ConfigError(f"{origin}: {flat_key!r} conflicts with another setting")
             node = child
         node[path[-1]] = value
     return tree
 
 
-def _deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    ours = {
+        key[len(ENV_PREFIX) :].lower(): value
+        for key, value in environ.items()
+        if key.startswith(ENV_PREFIX) and key != ENV_PREFIX
+    }
+    return nest_keys(ours, "__", origin="ZEROBUS_* environment")
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``override`` over ``base``, merging nested tables rather than replacing them."""
     merged = dict(base)
     for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value
     return merged
@@ -323,10 +337,10 @@ def load_config(
         sources.append(str(path))
     env = _env_overrides(os.environ if environ is None else environ)
     if env:
-        data = _deep_merge(data, env)
+        data = deep_merge(data, env)
         sources.append("ZEROBUS_* environment")
     if overrides:
-        data = _deep_merge(data, {k: v for k, v in overrides.items() if v is not None})
+        data = deep_merge(data, {k: v for k, v in overrides.items() if v is not None})
         sources.append("arguments")
     try:
         return ZerobusConfig.model_validate(data)

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from zerobus_orchestration.config import EmulatorMode, ZerobusConfig, load_config
+from zerobus_orchestration.config import EmulatorMode, ZerobusConfig, deep_merge, load_config
 from zerobus_orchestration.errors import ConfigError
 
 CONN_TYPE = "zerobus"
@@ -145,17 +145,9 @@ def config_from_connection(
     if embedded:
         data.pop("endpoint", None)
     try:
-        config = load_config(None, environ={}, **_deep_merge(data, dict(overrides or {})))
+        config = load_config(None, environ={}, **deep_merge(data, dict(overrides or {})))
     except ConfigError as exc:
         raise ConfigError(f"connection {fields.conn_id!r}: {exc}") from None
     return config.with_default_emulator_mode(EMBEDDED_MODE)
 
 
-def _deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged

@@ -13,10 +13,11 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from zerobus_orchestration.config import EmulatorConfig, ReadbackConfig, SdkStreamOptions, ZerobusConfig
+from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.emulator.advert import ADVERT_FILE, LOG_FILE, pid_alive, read_advertisement
 from zerobus_orchestration.emulator.launcher import START_MARKER
 from zerobus_orchestration.tables import table_uri
+from zerobus_orchestration.testing.settings import embedded_test_config
 
 TABLE = "main.raw.events"
 
@@ -24,24 +25,11 @@ TABLE = "main.raw.events"
 def daemon_config(
     warehouse: Path | str, *, idle_shutdown_s: float = 30.0, time_to_table_s: float = 0.2
 ) -> ZerobusConfig:
-    return ZerobusConfig(
-        warehouse=str(warehouse),
-        emulator=EmulatorConfig(
-            mode="daemon",
-            idle_shutdown_s=idle_shutdown_s,
-            daemon_start_timeout_s=60,
-            time_to_table_s=time_to_table_s,
-            iceberg_lag_s=0.3,
-        ),
-        sdk=SdkStreamOptions(
-            recovery_timeout_ms=3_000,
-            recovery_backoff_ms=100,
-            recovery_retries=2,
-            server_lack_of_ack_timeout_ms=10_000,
-            flush_timeout_ms=30_000,
-            connection_timeout_ms=5_000,
-        ),
-        readback=ReadbackConfig(wait_timeout_s=30, poll_initial_s=0.05, poll_max_s=0.5),
+    return embedded_test_config(
+        warehouse,
+        mode="daemon",
+        time_to_table_s=time_to_table_s,
+        emulator_settings={"idle_shutdown_s": idle_shutdown_s, "daemon_start_timeout_s": 60},
     )
 
 

@@ -27,7 +27,6 @@ from zerobus_orchestration.config import (
     CredentialVendingConfig,
     EmulatorConfig,
     ReadbackConfig,
-    SdkStreamOptions,
     ZerobusConfig,
 )
 from zerobus_orchestration.emulator.iceberg_rest import EXPIRES_AT_MS
@@ -37,6 +36,7 @@ from zerobus_orchestration.runtime import ZerobusRuntime, acquire_runtime, close
 from zerobus_orchestration.storage import CredentialCache
 from zerobus_orchestration.tables import table_uri
 from zerobus_orchestration.testing.moto_s3 import S3Lab
+from zerobus_orchestration.testing.settings import TEST_SDK_OPTIONS
 
 pytestmark = pytest.mark.integration
 
@@ -54,14 +54,7 @@ def s3_config(lab: S3Lab, state_dir: Path, *, vending: bool = True) -> ZerobusCo
         },
         state_dir=str(state_dir),
         emulator=EmulatorConfig(time_to_table_s=0.2, iceberg_lag_s=0.3),
-        sdk=SdkStreamOptions(
-            recovery_timeout_ms=3_000,
-            recovery_backoff_ms=100,
-            recovery_retries=2,
-            server_lack_of_ack_timeout_ms=10_000,
-            flush_timeout_ms=30_000,
-            connection_timeout_ms=5_000,
-        ),
+        sdk=TEST_SDK_OPTIONS,
         readback=ReadbackConfig(wait_timeout_s=60, poll_initial_s=0.05, poll_max_s=0.5),
         credential_vending=CredentialVendingConfig(
             enabled=vending,
