@@ -45,6 +45,7 @@ from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.readback import (
     IcebergEndpoint,
     ReadbackReport,
+    VisibilityProbe,
     WaitPolicy,
     read_back,
     verify_readback,
@@ -394,6 +395,7 @@ class ZerobusRuntime:
             self.iceberg(),
             name,
             coverage,
+            probe=self._visibility_probe(),
             delta_version=expected if expected is not None else 0,
             policy=policy,
             force=cfg.force_metadata if force is None else force,
@@ -458,6 +460,15 @@ class ZerobusRuntime:
             log.error("zerobus runtime closed with undelivered data: %s", "; ".join(errors))
 
     # -- internals ------------------------------------------------------------------------------------
+
+    def _visibility_probe(self) -> VisibilityProbe | None:
+        """How read-back learns which Delta version Iceberg reflects.
+
+        Unity Catalog reports UniForm's ``converted_delta_version`` on the table (its Iceberg snapshots
+        carry no Delta version); ``None`` selects the embedded mirror's snapshot-summary probe.
+        """
+        probe = getattr(self.catalog, "visibility_probe", None)
+        return None if probe is None else probe()  # type: ignore[no-any-return]
 
     def _gate(self, role: Role | None, descriptions: Descriptions, tags: TableTags | None) -> CatalogGate:
         return CatalogGate(

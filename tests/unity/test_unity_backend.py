@@ -345,3 +345,21 @@ def test_dry_run_plan_and_sql_execute_nothing(unity: UnityCatalog, fake_uc: Fake
         "ALTER TABLE `main`.`raw`.`events` ALTER COLUMN `n` TYPE BIGINT",
     ]
     assert fake_uc.table(TABLE).version == 0  # type: ignore[union-attr]
+
+
+def test_visibility_probe_follows_uniform_conversion_for_read_back(
+    unity: UnityCatalog, fake_uc: FakeUnityCatalog
+) -> None:
+    from zerobus_orchestration.errors import ReadbackTimeoutError
+    from zerobus_orchestration.readback import WaitPolicy, wait_for_delta_version
+
+    probe = unity.visibility_probe()
+    assert probe.converted_delta_version(TABLE) is None  # no table yet: not visible
+    unity.reconcile(TABLE, desired())
+    fake_uc.hold_uniform_conversion = True
+    written = fake_uc.simulate_commit(TABLE)
+    fast = WaitPolicy(timeout_s=0.3, initial_s=0.05, max_s=0.1)
+    with pytest.raises(ReadbackTimeoutError, match=f"Delta version {written}"):
+        wait_for_delta_version(probe, TABLE, written, fast)
+    fake_uc.convert_uniform(TABLE)
+    assert wait_for_delta_version(probe, TABLE, written, fast).delta_version == written

@@ -242,6 +242,10 @@ class UnityCatalog:
             metadata_location=block.get("metadata_location"),
         )
 
+    def visibility_probe(self) -> UniformVersionProbe:
+        """Read-back's probe: which Delta version UniForm has converted to Iceberg so far."""
+        return UniformVersionProbe(self)
+
     def _raw_table(self, name: TableName) -> dict[str, Any] | None:
         path = "/api/2.1/unity-catalog/tables/" + quote(name.full_name, safe="")
         try:
@@ -499,3 +503,18 @@ def _opt_int(value: Any) -> int | None:
     if value is None or value == "":
         return None
     return int(value)
+
+
+class UniformVersionProbe:
+    """``readback.VisibilityProbe`` over UniForm's ``converted_delta_version``.
+
+    Unity Catalog's Iceberg snapshots carry no Delta version, so read-back asks the table instead; a
+    table UniForm has not converted yet reads as "not visible".
+    """
+
+    def __init__(self, catalog: UnityCatalog) -> None:
+        self._catalog = catalog
+
+    def converted_delta_version(self, table: str) -> int | None:
+        status = self._catalog.uniform_status(table)
+        return None if status is None else status.converted_delta_version
