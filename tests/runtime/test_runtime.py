@@ -99,6 +99,21 @@ def test_a_bad_column_fails_before_anything_is_sent(runtime: ZerobusRuntime) -> 
     assert runtime.covered(TABLE, source="orders", partition="bad") == ()
 
 
+def test_a_cast_batch_is_counted_once_in_type_reconcile(runtime: ZerobusRuntime) -> None:
+    """The guard counts each cast by kind; nothing else may count the same batch again."""
+    runtime.write(TABLE, orders(10), source="orders")
+    narrow = orders(3, start=10).set_column(0, "order_id", pa.array(range(10, 13), pa.int32()))
+    runtime.write(TABLE, narrow, source="orders", partition="narrow")
+    counted = {
+        sample.labels["kind"]: sample.value
+        for family in runtime.metrics.registry.collect()
+        if family.name == "zerobus_type_reconcile"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels["table"] == TABLE
+    }
+    assert counted == {"cast_integer": 1.0}
+
+
 def test_incompatible_schema_drift_is_refused_naming_the_column(runtime: ZerobusRuntime) -> None:
     runtime.write(TABLE, orders(10), source="orders")
     with pytest.raises(PlanRefusedError) as failure:
