@@ -56,8 +56,9 @@ def get_provider_info() -> dict[str, object]:
                     },
                     "embedded": {
                         "label": "Embedded emulator",
-                        "description": "Run the local Zerobus emulator in the task process instead of "
-                        "calling the endpoint in Host. An empty Host also selects it.",
+                        "description": "Use the local Zerobus emulator (by default one shared background "
+                        "process per warehouse) instead of the endpoint in Host. An empty Host also "
+                        "selects it.",
                         "schema": {"type": ["boolean", "null"], "default": False},
                     },
                     "warehouse": {

@@ -45,3 +45,14 @@ def test_cli_help_runs() -> None:
         [sys.executable, "-m", "zerobus_orchestration.cli", "--help"], check=True, capture_output=True, text=True
     ).stdout
     assert "demo" in out
+
+
+def test_dag_files_parse_without_pyarrow() -> None:
+    """A DAG file imports the operators on every parse: they load pyarrow only when a task executes."""
+    loaded = _modules_after(
+        "from airflow_provider.operators.ingest import ZerobusIngestOperator\n"
+        "from airflow_provider.operators.catalog import ZerobusReconcileOperator\n"
+        "from airflow_provider.sensors.readback import ZerobusReadbackSensor"
+    )
+    heavy = {"pyarrow", "dagster", "zerobus", "pyiceberg", "deltalake", "grpc"}
+    assert not heavy & {name.split(".")[0] for name in loaded}

@@ -22,6 +22,7 @@ app = typer.Typer(
     help="Write Arrow data into Databricks Delta tables through Zerobus (or the local emulator).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help texts contain [zerobus], which rich would swallow as markup
 )
 
 
@@ -162,7 +163,8 @@ def ingest(
     table: Annotated[str, typer.Option("--table", help="Target table, catalog.schema.table.")],
     files: Annotated[list[str], typer.Argument(help="Parquet, Arrow IPC or CSV files or globs to write.")],
     source: Annotated[
-        str | None, typer.Option("--source", help="Source id for _twg_source (default: file name).")
+        str | None,
+        typer.Option("--source", help="Source id for _twg_source and coverage (default: the arguments)."),
     ] = None,
     partition: Annotated[str, typer.Option("--partition", help="Coverage partition of this write.")] = "",
     no_resume: Annotated[
@@ -172,36 +174,37 @@ def ingest(
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write files into a table through the sink and return once every row is durable."""
+    """Write files into a table as one write; return once every row is durable.
+
+    Row positions count across all files in sorted path order, so re-running the same command resumes
+    after what was already delivered and sends only the rest.
+    """
     from zerobus_orchestration.files import iter_file_batches, resolve_files
     from zerobus_orchestration.runtime import acquire_runtime, close_all_runtimes
 
     cfg = resolve_config(config, warehouse)
-    results = []
+    write_source = source or ",".join(Path(f).name for f in files)
     try:
+        inputs = resolve_files(files)
         runtime = acquire_runtime(cfg)
-        for path in resolve_files(files).paths:
-            result = runtime.write(
-                table,
-                iter_file_batches(resolve_files(path), batch_rows=65_536),
-                source=source or Path(path).name,
-                partition=partition,
-                resume=not no_resume,
-            )
-            results.append(result.as_dict())
+        result = runtime.write(
+            table,
+            iter_file_batches(inputs, batch_rows=65_536),
+            source=write_source,
+            partition=partition,
+            resume=not no_resume,
+        ).as_dict()
     except ZerobusOrchestrationError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(1) from None
     finally:
         close_all_runtimes()
-    rows = sum(r["rows_written"] for r in results)
-    skipped = sum(r["rows_skipped"] for r in results)
-    human = "\n".join(
-        f"{r['source']}: {r['rows_written']:,} rows durable in {r['table']} "
-        f"(skipped {r['rows_skipped']:,} already delivered; Delta version {r['delta_version']})"
-        for r in results
+    human = (
+        f"{write_source}: {result['rows_written']:,} rows from {len(inputs.paths)} file(s) durable in "
+        f"{result['table']} (skipped {result['rows_skipped']:,} already delivered; "
+        f"Delta version {result['delta_version']})"
     )
-    emit({"table": table, "rows_written": rows, "rows_skipped": skipped, "writes": results}, as_json, human)
+    emit({**result, "files": list(inputs.paths)}, as_json, human)
 
 
 @app.command()

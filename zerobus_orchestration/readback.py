@@ -23,7 +23,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 from urllib.parse import quote
@@ -46,6 +46,7 @@ from pyiceberg.expressions import (
 )
 from pyiceberg.table import Table as IcebergTable
 
+from zerobus_orchestration import intervals
 from zerobus_orchestration.config import ReadbackConfig
 from zerobus_orchestration.errors import ConfigError, ReadbackError, ReadbackTimeoutError
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
@@ -280,9 +281,9 @@ def check_coverage(
         offsets = _group_offsets(normalised, source, partition)
         distinct = _sorted_unique(offsets)
         for key, spans in sorted(keyed, key=lambda ks: ks[0]):
-            for span in _merge(spans):
+            for span in intervals.merge(spans):
                 missing.extend(MissingRange(key, gap) for gap in _gaps(distinct, span))
-        merged = _merge(span for _, spans in keyed for span in spans)
+        merged = intervals.merge(span for _, spans in keyed for span in spans)
         outside = offsets.filter(pc.invert(_inside_mask(offsets, merged)))
         outside_count += len(outside)
         if len(outside_sample) < sample_size and len(outside):
@@ -320,17 +321,6 @@ def _group_offsets(rows: pa.Table, source: str, partition: str | None) -> pa.Arr
 def _sorted_unique(values: pa.Array) -> pa.Array:
     unique = pc.unique(values)
     return unique.take(pc.array_sort_indices(unique))
-
-
-def _merge(spans: Iterable[OffsetRange]) -> list[OffsetRange]:
-    merged: list[OffsetRange] = []
-    for span in sorted(s for s in spans if len(s)):
-        if merged and span.start <= merged[-1].end:
-            last = merged[-1]
-            merged[-1] = OffsetRange(last.start, max(last.end, span.end))
-        else:
-            merged.append(span)
-    return merged
 
 
 def _gaps(sorted_distinct: pa.Array, span: OffsetRange) -> list[OffsetRange]:
@@ -534,7 +524,7 @@ def read_back(
     if partition is not None and partition_column is not None:
         row_filter = And(row_filter, EqualTo(term=partition_column, value=partition))
     if ranges is not None:
-        merged = _merge(ranges)
+        merged = intervals.merge(ranges)
         if not merged:
             return loaded.scan(row_filter=AlwaysFalse()).to_arrow()
         span_filter: BooleanExpression = _span(merged[0])

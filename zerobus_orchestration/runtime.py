@@ -173,7 +173,7 @@ class ZerobusRuntime:
         tags: TableTags | None = None,
     ) -> DesiredTable:
         gate = self._gate(role, descriptions, tags)
-        full = DesiredTable.build(
+        return DesiredTable.build(
             table,
             schema,
             gate.role,
@@ -183,7 +183,6 @@ class ZerobusRuntime:
             allow_widening=gate.allow_widening,
             comment_policy=gate.comment_policy,
         )
-        return full
 
     def plan(
         self,
@@ -338,11 +337,7 @@ class ZerobusRuntime:
     def coverage(self, table: str) -> CoverageStore:
         name = TableName.parse(table).full_name
         with self._lock:
-            store = self._coverage.get(name)
-            if store is None:
-                store = CoverageStore.from_config(self.config, name)
-                self._coverage[name] = store
-            return store
+            return self._coverage_locked(name)
 
     def coverage_map(
         self, table: str, *, source: str | None = None, partition: str | None = None
@@ -494,13 +489,14 @@ class ZerobusRuntime:
                     table,
                     self.config.pool,
                     lane=lane,
-                    recorder=self.coverage_unlocked(table),
+                    recorder=self._coverage_locked(table),
                     metrics=self.metrics,
                 )
                 self._pools[(table, lane)] = pool
             return pool
 
-    def coverage_unlocked(self, table: str) -> CoverageStore:
+    def _coverage_locked(self, table: str) -> CoverageStore:
+        """The coverage store of ``table`` (a full name), created on first use; hold ``self._lock``."""
         store = self._coverage.get(table)
         if store is None:
             store = CoverageStore.from_config(self.config, table)

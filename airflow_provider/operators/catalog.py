@@ -7,9 +7,8 @@ refused schema change or an unmet precondition needs a human or a DDL change, no
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -18,6 +17,9 @@ from airflow_provider.utils.observability import redact
 from airflow_provider.utils.schema import to_arrow_schema
 from zerobus_orchestration.config import Role
 from zerobus_orchestration.errors import ConfigError, PlanRefusedError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def _role(task_id: str, role: str | None) -> Role | None:
@@ -44,8 +46,15 @@ class ZerobusReconcileOperator(ZerobusBaseOperator):
     :param plan_only: log and return the plan without applying it.
     """
 
-    template_fields: Sequence[str] = ("table", "descriptions", "role", "zerobus_conn_id", "config_overrides")
-    template_fields_renderers = {"descriptions": "json"}
+    template_fields: Sequence[str] = (
+        "table",
+        "schema",
+        "descriptions",
+        "role",
+        "zerobus_conn_id",
+        "config_overrides",
+    )
+    template_fields_renderers = {"schema": "json", "descriptions": "json"}
     ui_color = "#fdf3e8"
 
     def __init__(

@@ -13,19 +13,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from airflow.sdk import BaseHook, Context, XComArg
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_provider.operators.base import ZerobusBaseOperator, coverage_keys_from_context
 from airflow_provider.utils.observability import redact
 from airflow_provider.utils.schema import to_arrow_schema
-from airflow_provider.utils.sql import iter_sql_batches
 from zerobus_orchestration.config import Role
 from zerobus_orchestration.errors import ConfigError, PlanRefusedError, WriteBoundaryError
-from zerobus_orchestration.files import iter_file_batches, resolve_files
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from airflow.providers.common.sql.hooks.sql import DbApiHook
 
 # Keys of the runtime's WriteResult that go to XCom: numbers and names only, never config or secrets.
@@ -79,6 +77,7 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         "sql",
         "sql_conn_id",
         "parameters",
+        "schema",
         "descriptions",
         "role",
         "zerobus_conn_id",
@@ -146,6 +145,11 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         return hook
 
     def _batches(self, target_schema: pa.Schema | None) -> Iterator[pa.RecordBatch]:
+        # pyarrow-backed readers are imported here, at execute time: DAG files import this module on
+        # every parse, and pyarrow alone costs the DAG processor ~0.4 s per file.
+        from airflow_provider.utils.sql import iter_sql_batches
+        from zerobus_orchestration.files import iter_file_batches, resolve_files
+
         if self.sql is not None:
             return iter_sql_batches(
                 self._sql_hook(),

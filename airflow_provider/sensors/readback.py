@@ -41,6 +41,7 @@ class ZerobusReadbackSensor(BaseSensorOperator):
     template_fields: Sequence[str] = (
         "table",
         "ingest_task_id",
+        "ingest_map_index",
         "source",
         "partition",
         "zerobus_conn_id",

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from zerobus_orchestration.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _TIMESTAMP_TZ = re.compile(r"^timestamp\[(s|ms|us|ns),\s*tz=([^\]]+)\]$")
 _DECIMAL = re.compile(r"^decimal(?:128)?\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
@@ -22,6 +23,8 @@ _NOT_NULL = re.compile(r"\s+not\s+null$", re.IGNORECASE)
 
 
 def parse_type(text: str, *, column: str) -> pa.DataType:
+    import pyarrow as pa  # at execute time only: DAG files importing the operators stay pyarrow-free
+
     spec = text.strip()
     if match := _TIMESTAMP_TZ.match(spec):
         return pa.timestamp(match.group(1), tz=match.group(2).strip())
@@ -38,6 +41,8 @@ def parse_type(text: str, *, column: str) -> pa.DataType:
 
 def to_arrow_schema(spec: pa.Schema | Mapping[str, Any]) -> pa.Schema:
     """``spec`` as a ``pyarrow.Schema``; a mapping is ``{column: "type[ not null]"}``."""
+    import pyarrow as pa
+
     if isinstance(spec, pa.Schema):
         return spec
     if not isinstance(spec, Mapping) or not spec:

@@ -22,7 +22,6 @@ import pytest
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
 
-import airflow_provider.operators.ingest as ingest_module
 from airflow_provider.hooks.zerobus import ZerobusHook
 from airflow_provider.operators.catalog import ZerobusPrimaryRawCheckOperator, ZerobusReconcileOperator
 from airflow_provider.operators.ingest import ZerobusIngestOperator
@@ -123,7 +122,13 @@ def test_bad_input_fails_without_retry_naming_table_and_column(tmp_path: Path) -
             path=str(tmp_path / "none-*.csv"),
             allow_empty=True,
         )
+        unreadable = ZerobusIngestOperator(
+            task_id="unreadable", table="main.raw.typed_orders", path=str(tmp_path / "broken.parquet")
+        )
+    (tmp_path / "broken.parquet").write_bytes(b"this is not parquet")
     good.execute(_context())
+    with pytest.raises(AirflowFailException, match=r"cannot read .*broken\.parquet"):
+        unreadable.execute(_context())
     with pytest.raises(AirflowFailException) as info:
         wrong.execute(_context())
     assert "main.raw.typed_orders" in str(info.value) and "order_id" in str(info.value)
@@ -192,10 +197,10 @@ def test_retried_ingest_resumes_from_coverage_without_duplicates(
                 raise ConnectionResetError("network blip while reading the landing zone")
             yield batch
 
-    monkeypatch.setattr(ingest_module, "iter_file_batches", flaky)
+    monkeypatch.setattr(files_module, "iter_file_batches", flaky)
     with pytest.raises(ConnectionResetError):
         op.execute(_context("manual__retry", map_index=2))  # try 1: 30 rows delivered, then a failure
-    monkeypatch.setattr(ingest_module, "iter_file_batches", real)
+    monkeypatch.setattr(files_module, "iter_file_batches", real)
 
     retried = op.execute(_context("manual__retry", map_index=2))  # try 2: same dag/task/run/map index
     assert retried["rows_skipped"] == 30

@@ -40,7 +40,8 @@ def test_operators_do_no_io_in_init_and_template_every_knob() -> None:
     assert {"path", "file_format", "sql", "sql_conn_id", "parameters", "descriptions", "role"} <= set(
         ingest.template_fields
     )
-    assert {"ingest_task_id", "source", "partition"} <= set(sensor.template_fields)
+    assert {"ingest_task_id", "ingest_map_index", "source", "partition"} <= set(sensor.template_fields)
+    assert "schema" in ingest.template_fields and "schema" in reconcile.template_fields
     assert ".sql" in ingest.template_ext
 
 

@@ -13,6 +13,8 @@ from zerobus_orchestration.catalog.base import DesiredTable, LiveColumn, Protoco
 from zerobus_orchestration.catalog.ddl import (
     add_columns_sql,
     create_table_sql,
+    describe_detail_sql,
+    latest_history_sql,
     quote_table,
     render_plan,
     set_comment_sql,
@@ -192,3 +194,10 @@ def test_empty_plan_renders_no_statement() -> None:
     )
     live = TableState("c.s.t", cols, dict(create.properties), ProtocolInfo(1, 2), "tid", None, 0, True)
     assert render_plan(plan(live, d)) == []
+
+
+def test_describe_statements_quote_hostile_table_names() -> None:
+    # sqlglot cannot parse DESCRIBE DETAIL/HISTORY, so compare the text: the name stays one identifier.
+    table = TableName("c`at", "s", "t; DROP TABLE x")
+    assert describe_detail_sql(table) == "DESCRIBE DETAIL `c``at`.`s`.`t; DROP TABLE x`"
+    assert latest_history_sql(table) == "DESCRIBE HISTORY `c``at`.`s`.`t; DROP TABLE x` LIMIT 1"

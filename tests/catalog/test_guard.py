@@ -226,3 +226,14 @@ def test_nested_lossless_reencoding_is_cast() -> None:
     )
     out = check_batch(T, pa.RecordBatch.from_pydict({"s": incoming}), target)
     assert out.schema == target and out.column(0).to_pylist() == [{"a": 7, "l": ["x"]}]
+
+
+def test_to_json_renders_an_empty_map_as_an_object_like_any_other_map() -> None:
+    maps = pa.array([[("a", 1)], [], None], pa.map_(pa.string(), pa.int64()))
+    assert to_json(maps).to_pylist() == ['{"a":1}', "{}", None]
+
+
+def test_to_json_refuses_a_map_repeating_a_key_instead_of_dropping_a_value() -> None:
+    repeated = pa.array([[(1, "x"), (1, "y")]], pa.map_(pa.int64(), pa.string()))
+    with pytest.raises(ValueError, match="holds the key '1' more than once"):
+        to_json(repeated)

@@ -289,3 +289,16 @@ def test_any_supported_schema_round_trips_through_delta(
         assert got == expected
     again = catalog.reconcile(T, d)
     assert again.plan.empty and again.state.version == created.state.version
+
+
+def test_column_differing_only_in_case_is_refused_with_the_fix_not_a_delta_rs_error(
+    catalog: LocalCatalog,
+) -> None:
+    catalog.reconcile(T, build())
+    version = catalog.describe(T)
+    assert version is not None
+    renamed = pa.schema([pa.field("ID", pa.int64())])
+    with pytest.raises(PlanRefusedError, match=r"events\.ID: live column 'id' differs only in case"):
+        catalog.reconcile(T, build(renamed, subset=True))
+    after = catalog.describe(T)
+    assert after is not None and after.version == version.version

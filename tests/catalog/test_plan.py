@@ -279,3 +279,20 @@ def test_planning_against_the_created_table_is_a_noop(schema: pa.Schema) -> None
     )
     assert plan(live, d).empty
     assert plan(live, desired(schema, subset=True)).empty
+
+
+def test_column_differing_from_a_live_one_only_in_case_is_refused_naming_both() -> None:
+    # Delta/UC column names are case-insensitive: ADD COLUMNS "ID" beside live "id" would collide.
+    live = live_from(desired(BASE))
+    d = desired(pa.schema([pa.field("ID", pa.int64(), nullable=False), ("amount", pa.int32())]), subset=True)
+    p = plan(live, d)
+    assert [type(s) for s in p.steps] == [Refuse]
+    with pytest.raises(
+        PlanRefusedError, match=r"main\.raw\.events\.ID: live column 'id' differs only in case"
+    ):
+        p.raise_if_refused()
+
+
+def test_schema_with_columns_differing_only_in_case_is_refused_at_build() -> None:
+    with pytest.raises(ConfigError, match=r"main\.raw\.events: columns 'id' and 'ID' differ only in case"):
+        desired(pa.schema([("id", pa.int64()), ("ID", pa.int64())]))

@@ -113,3 +113,29 @@ def test_wal_for_a_dropped_table_is_kept_not_replayed(tmp_path: Path) -> None:
     with Emulator(str(other), SLOW_TABLE, iceberg=False) as emu2:
         assert emu2.replayed == {}
     assert wal_dir(other).is_dir()
+
+
+def test_table_state_repr_does_not_show_the_object_store_secret(warehouse: Path) -> None:
+    options = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI-very-secret"}
+    state = TableState.open(TABLE, table_uri(str(warehouse), TABLE), wal_dir(warehouse), None)
+    state.storage_options = options
+    try:
+        assert "very-secret" not in repr(state)
+    finally:
+        state.wal.close()
+
+
+def test_materializer_keeps_only_recent_errors_for_a_table_that_keeps_failing(warehouse: Path) -> None:
+    from zerobus_orchestration.emulator.materializer import MAX_KEPT_ERRORS, Materializer
+
+    state = TableState.open(TABLE, table_uri(str(warehouse), TABLE), wal_dir(warehouse), None)
+    try:
+        state.wal.append_durable(b"not an Arrow IPC stream")  # fails to decode on every period
+        materializer = Materializer(3600, lambda: [state], None)
+        for _ in range(MAX_KEPT_ERRORS + 20):
+            materializer.run_once()
+        assert len(materializer.errors) == MAX_KEPT_ERRORS
+        assert all(TABLE in e and "WAL kept" in e for e in materializer.errors)
+        assert state.pending() == 1  # nothing was dropped
+    finally:
+        state.wal.close()

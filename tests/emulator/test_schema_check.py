@@ -86,3 +86,21 @@ def test_json_rows_are_typed_by_the_table() -> None:
         rows_to_batch("c.s.t", [{"id": 1, "nope": 1}], TARGET)
     with pytest.raises(ConformError, match=r"TYPE_INCOMPATIBLE: c\.s\.t\.id"):
         rows_to_batch("c.s.t", [{"id": "not a number"}], TARGET)
+
+
+@pytest.mark.parametrize(
+    ("row", "column"),
+    [
+        ({"id": 1, "name": 123}, "name"),  # a number is not silently stringified
+        ({"id": 1, "name": True}, "name"),
+        ({"id": True}, "id"),  # nor a boolean turned into 1
+    ],
+)
+def test_json_values_of_another_kind_are_refused_not_coerced(row: dict[str, object], column: str) -> None:
+    with pytest.raises(ConformError, match=rf"TYPE_INCOMPATIBLE: c\.s\.t\.{column}: values do not fit"):
+        rows_to_batch("c.s.t", [row], TARGET)
+
+
+def test_json_text_still_parses_into_numbers_and_timestamps() -> None:
+    batch = rows_to_batch("c.s.t", [{"id": "7", "ts": "2026-01-01T00:00:00Z"}], TARGET)
+    assert batch.column("id").to_pylist() == [7]

@@ -134,3 +134,66 @@ def test_incremental_reads_resume_where_the_last_one_stopped(tmp_path: Path) -> 
     assert [e.seq for e in wal.read_after(1, 1 << 20)] == [2, 3, 4]  # an older position still works
     assert [e.seq for e in wal.read_after(0, 3)] == [1]  # max_bytes bounds a read (at least one record)
     wal.close()
+
+
+def test_a_failed_partial_write_does_not_hide_later_acknowledged_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Disk full mid-record: half the bytes land, then write fails. Records acknowledged afterwards
+    # must still be readable and must survive a reopen (a torn record left in the middle would end
+    # both the materialiser's read and recovery at it, dropping them).
+    directory = tmp_path / "w"
+    wal = TableWal(directory, committed=0)
+    wal.append_durable(b"first")
+    real_write = os.write
+
+    def half_then_enospc(fd: int, data: bytes) -> int:
+        real_write(fd, data[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(wal_module.os, "write", half_then_enospc)
+    with pytest.raises(OSError, match="No space"):
+        wal.append(b"lost-before-ack")
+    monkeypatch.setattr(wal_module.os, "write", real_write)
+    seq = wal.append_durable(b"acknowledged")
+    assert [e.payload for e in wal.read_after(0, 1 << 20)] == [b"first", b"acknowledged"]
+    wal.close()
+    reopened = TableWal(directory, committed=0)
+    assert [(e.seq, e.payload) for e in reopened.read_after(0, 1 << 20)] == [
+        (1, b"first"),
+        (seq, b"acknowledged"),
+    ]
+    reopened.close()
+
+
+def test_a_short_write_is_refused_and_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wal = TableWal(tmp_path / "w", committed=0)
+    real_write = os.write
+    monkeypatch.setattr(wal_module.os, "write", lambda fd, data: real_write(fd, data[:3]))
+    with pytest.raises(OSError, match="short WAL write"):
+        wal.append(b"payload")
+    monkeypatch.setattr(wal_module.os, "write", real_write)
+    wal.append_durable(b"next")
+    assert [e.payload for e in wal.read_after(0, 1 << 20)] == [b"next"]
+    wal.close()
+
+
+def test_a_failed_fsync_is_never_reported_durable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The group-commit leader's fsync fails: neither it nor any later waiter may treat the records as
+    # durable (an ack would follow), and the WAL refuses further appends.
+    wal = TableWal(tmp_path / "w", committed=0)
+    seq = wal.append(b"unsynced")
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(wal_module.os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="Input/output"):
+        wal.wait_durable(seq)
+    monkeypatch.undo()
+    assert wal.durable_seq == 0
+    with pytest.raises(RuntimeError, match="fsync failed"):
+        wal.wait_durable(seq)  # a second waiter must not ack on a retried fsync
+    with pytest.raises(RuntimeError, match="unusable"):
+        wal.append(b"more")
+    assert wal.read_after(0, 1 << 20) == []

@@ -133,6 +133,22 @@ def test_nothing_fires_on_submit_only_on_the_ack(metrics: SinkMetrics) -> None:
     assert [o for o, _ in recorder.fired] == [0, 1, 2, 3, 4]
 
 
+def test_pending_gauge_shows_the_backlog_while_the_ack_is_stalled(metrics: SinkMetrics) -> None:
+    """The gauge exists to show a stalled ack: it must rise while the lane waits, not only after."""
+    stream = ScriptedStream()
+    lane = make_lane(stream, metrics, WatermarkRecorder(stream))
+    labels = {"table": "main.test.t", "stream": "0"}
+    for seq in range(5):
+        submit(lane, stream, seq)  # queued before the lane runs: one burst
+    lane.start()
+    assert eventually(lambda: stream.waits == [4])  # the lane waits on the burst, ack withheld
+    assert metrics.sample("zerobus_pending_offsets", labels) == 5
+    stream.ack_to(4)
+    assert lane.wait_idle(timeout=10)
+    lane.stop()
+    assert metrics.sample("zerobus_pending_offsets", labels) == 0
+
+
 def test_transient_wait_failures_are_retried_without_double_confirming(metrics: SinkMetrics) -> None:
     stream = ScriptedStream()
     recorder = WatermarkRecorder(stream)

@@ -21,6 +21,7 @@ from zerobus_orchestration.errors import (
     StreamPoisonedError,
 )
 from zerobus_orchestration.metrics import SinkMetrics
+from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.sink import DeliveryFailedError, StreamPool, SubmitFailedError, ZerobusSink
 from zerobus_orchestration.sink.pool import POISONED_SUBMIT_ATTEMPTS, backoff_ceiling, stable_index
 from zerobus_orchestration.transport.memory import FaultPlan, LatencyModel, MemoryStream, MemoryTransport
@@ -89,6 +90,23 @@ def test_poison_rebuilds_within_budget_resubmits_and_other_members_keep_their_st
     assert all(r.future.result(timeout=5) == r.span for r in receipts)
     # At least once: every position landed; nothing acknowledged was lost.
     assert sorted(set(positions_landed(transport))) == list(range(600))
+    pool.close()
+
+
+def test_a_slow_stream_fills_only_its_own_channel_and_pushers_move_on(metrics: SinkMetrics) -> None:
+    """Per-stream isolation: a stream whose acks crawl must not hold pushers while another has room."""
+    slow_ack_s = 1.5
+    transport = MemoryTransport(LatencyModel(base_s=0.005), FaultPlan(slow_streams={0: slow_ack_s / 0.005}))
+    pool, sink = make(transport, metrics, min_streams=2, ack_channel_capacity=2)
+    started = time.monotonic()
+    receipts = sink.send([rows(i, 1) for i in range(20)])
+    pushed_in = time.monotonic() - started
+    slow = next(s.index for s in pool.health().streams if s.stream_id == "mem-0")
+    assert sum(r.member == slow for r in receipts) <= 2  # only what fits its channel
+    assert pushed_in < slow_ack_s, f"pushers waited {pushed_in:.2f}s on the slow stream"
+    for receipt in receipts:
+        if receipt.member != slow:
+            assert receipt.future.result(timeout=slow_ack_s) == receipt.span
     pool.close()
 
 
@@ -163,6 +181,10 @@ def test_rebuild_that_cannot_finish_in_budget_fails_only_that_members_batches(me
     assert health.streams[0].failed and health.failed_batches == len(failed)
     late = sink.send(rows(100, 1))  # the pool keeps serving on the healthy members
     assert late[0].member != 0 and late[0].future.result(timeout=5) == late[0].span
+    # A later write on the same long-lived pool is judged by its own batches, not the earlier loss.
+    next_write = ZerobusSink(pool, source="next")
+    assert next_write.send(rows(200, 1))[0].member != 0
+    next_write.flush()
     with pytest.raises(DeliveryFailedError):
         pool.close()
 
@@ -273,6 +295,36 @@ def test_registry_reuses_one_long_lived_pool_per_table(metrics: SinkMetrics) -> 
     assert first.pool.closing
 
 
+def test_registry_refuses_a_second_recorder_for_the_same_pool(metrics: SinkMetrics) -> None:
+    """The shared pool confirms into its first recorder; a different one would silently get nothing."""
+    from zerobus_orchestration.sink.registry import close_all
+
+    transport = MemoryTransport()
+    first = ZerobusSink.open(transport, TABLE, source="run-1", metrics=metrics, recorder=CountingRecorder())
+    with pytest.raises(ValueError, match="already records coverage"):
+        ZerobusSink.open(transport, TABLE, source="run-2", metrics=metrics, recorder=CountingRecorder())
+    same = ZerobusSink.open(transport, TABLE, source="run-3", metrics=metrics, recorder=first.pool.recorder)
+    assert same.pool is first.pool
+    close_all()
+
+
+class FailingRecorder(CountingRecorder):
+    def record_many(self, items: object) -> None:
+        raise OSError("coverage store unavailable")
+
+
+def test_a_failed_coverage_record_makes_the_pool_unhealthy(metrics: SinkMetrics) -> None:
+    """Durable but unrecorded rows are lost coverage: health must not call that pool healthy."""
+    pool, sink = make(MemoryTransport(), metrics, FailingRecorder())
+    for i in range(4):
+        sink.push(rows(i, 1))
+    sink.flush()
+    health = pool.health()
+    assert health.delivered == 4 and health.confirm_errors == 4
+    assert not health.healthy and health.as_dict()["confirm_errors"] == 4
+    pool.close()
+
+
 # -- first open, reopen storms, supervisor survival -----------------------------------------------------
 
 
@@ -361,6 +413,23 @@ def test_a_batch_that_poisons_every_stream_at_submit_is_refused_after_bounded_re
     sink.push(rows(10, 3))  # the pool keeps serving other batches
     sink.flush()
     assert recorder.covered() == 6 and health.failed_batches == 0
+    pool.close()
+
+
+def test_a_refused_batch_is_not_counted_as_submitted_and_leaves_no_position_hole(
+    metrics: SinkMetrics,
+) -> None:
+    recorder = CountingRecorder()
+    transport = PoisonOnSubmit(latency=LatencyModel(base_s=0.001))
+    pool, sink = make(transport, metrics, recorder, open_backoff_initial_s=0.01, open_backoff_max_s=0.02)
+    sink.push(rows(0, 3))
+    with pytest.raises(SubmitFailedError):
+        sink.push(pa.record_batch({"v": pa.array([7, -1], pa.int64())}))
+    info, span = sink.finish()
+    assert (info.batches, info.rows, span) == (1, 3, OffsetRange(0, 3))  # only what was submitted
+    sink.push(rows(10, 3))  # takes the positions the refused batch never used
+    sink.flush()
+    assert recorder.spans() == [OffsetRange(0, 3), OffsetRange(3, 6)]
     pool.close()
 
 

@@ -90,9 +90,10 @@ def test_reserved_column_in_input_is_refused_naming_it(metrics: SinkMetrics) -> 
 class FakeGate:
     """Declares ``v`` as int64 and refuses strings, like the catalog's write-boundary guard."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: SinkMetrics) -> None:
         self.ensured: list[pa.Schema] = []
         self.checked = 0
+        self.metrics = metrics  # a gate counts its own outcomes (SchemaGate.check)
 
     def ensure(self, table: str, schema: pa.Schema) -> pa.Schema:
         self.ensured.append(schema)
@@ -109,11 +110,12 @@ class FakeGate:
                 column="v",
                 kind="type",
             )
+        self.metrics.type_reconcile.labels(table=table, kind="cast").inc()
         return batch.cast(target)
 
 
 def test_gate_is_called_on_schema_change_casts_and_refuses_before_sending(metrics: SinkMetrics) -> None:
-    gate = FakeGate()
+    gate = FakeGate(metrics)
     assert isinstance(gate, SchemaGate)
     transport = MemoryTransport()
     pool = make_pool(transport, metrics)

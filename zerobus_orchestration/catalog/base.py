@@ -132,10 +132,18 @@ class DesiredTable:
         payload_descriptions = dict(descriptions or {})
         columns: list[DesiredColumn] = []
         seen: set[str] = set()
+        folded: dict[str, str] = {}
         for f in schema:
             if f.name in seen:
                 raise ConfigError(f"table {name}: column {f.name!r} appears twice in the schema")
             seen.add(f.name)
+            twin = folded.setdefault(f.name.lower(), f.name)
+            if twin != f.name:
+                # Delta and Unity Catalog match column names case-insensitively: these are one column.
+                raise ConfigError(
+                    f"table {name}: columns {twin!r} and {f.name!r} differ only in case; Delta and Unity "
+                    "Catalog column names are case-insensitive, rename one of them"
+                )
             if is_reserved(f.name):
                 continue
             columns.append(

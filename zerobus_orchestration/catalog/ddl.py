@@ -90,6 +90,15 @@ def widen_column_sql(step: WidenColumn) -> str:
     )
 
 
+def describe_detail_sql(table: str | TableName) -> str:
+    return f"DESCRIBE DETAIL {quote_table(table)}"
+
+
+def latest_history_sql(table: str | TableName) -> str:
+    """The newest row of the table's history (its current version)."""
+    return f"DESCRIBE HISTORY {quote_table(table)} LIMIT 1"
+
+
 def render_plan(plan: ReconcilePlan) -> list[str]:
     """Statements executing ``plan`` in order (raises ``PlanRefusedError`` on any ``Refuse``).
 

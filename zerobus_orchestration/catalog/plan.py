@@ -230,13 +230,27 @@ def plan(live: TableState | None, desired: DesiredTable, allow_widening: bool = 
     steps: list[Step] = []
     comments: list[Step] = []
     notes: list[str] = []
-    desired_names = {c.name for c in desired.columns}
+    desired_names = {c.name.lower() for c in desired.columns}  # a case twin is refused above
     for col in desired.columns:
         current = live.column(col.name)
         storage = _storage_or_refuse(table, col, steps)
         if storage is None:
             continue
         if current is None:
+            twin = next((c for c in live.columns if c.name.lower() == col.name.lower()), None)
+            if twin is not None:
+                # Delta/UC names are case-insensitive: adding it would collide with the live column.
+                steps.append(
+                    Refuse(
+                        table,
+                        col.name,
+                        f"live column {twin.name!r} differs only in case (column names are "
+                        f"case-insensitive); spell it {twin.name!r}",
+                        twin.delta_type,
+                        delta_type(storage),
+                    )
+                )
+                continue
             if not col.nullable:
                 steps.append(
                     Refuse(
@@ -255,7 +269,7 @@ def plan(live: TableState | None, desired: DesiredTable, allow_widening: bool = 
         _plan_nullability(table, desired, col, current, steps)
         _plan_comment(table, desired.comment_policy, col, current, comments, notes)
     for gone in live.columns:
-        if gone.name in desired_names:
+        if gone.name.lower() in desired_names:
             continue
         if desired.subset and gone.nullable:
             continue  # a producer may omit a nullable column

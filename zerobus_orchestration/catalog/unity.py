@@ -51,7 +51,12 @@ from zerobus_orchestration.catalog.base import (
     VendedCredentials,
     primary_raw_properties,
 )
-from zerobus_orchestration.catalog.ddl import quote_table, render_plan, set_properties_sql
+from zerobus_orchestration.catalog.ddl import (
+    describe_detail_sql,
+    latest_history_sql,
+    render_plan,
+    set_properties_sql,
+)
 from zerobus_orchestration.catalog.plan import ReconcilePlan, WidenColumn, plan
 from zerobus_orchestration.config import Role, ZerobusConfig
 from zerobus_orchestration.errors import CatalogError, ConfigError, NotSupportedError, UnsupportedType
@@ -259,13 +264,13 @@ class UnityCatalog:
         return raw
 
     def _describe_detail(self, name: TableName) -> dict[str, Any]:
-        rows = self._query(f"DESCRIBE DETAIL {quote_table(name)}")
+        rows = self._query(describe_detail_sql(name))
         if not rows:
             raise CatalogError(f"DESCRIBE DETAIL {name} returned no row")
         return rows[0]
 
     def _version(self, name: TableName) -> int | None:
-        rows = self._query(f"DESCRIBE HISTORY {quote_table(name)} LIMIT 1")
+        rows = self._query(latest_history_sql(name))
         return _opt_int(rows[0].get("version")) if rows else None
 
     # -- reconcile --------------------------------------------------------------------------------

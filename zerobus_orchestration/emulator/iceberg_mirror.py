@@ -415,6 +415,7 @@ class IcebergMirror:
             try:
                 version = self._delta_table(state.delta_uri).version()
             except Exception:  # table not created yet, or a transient store error: poll again later
+                log.debug("polling the Delta version of %s failed", state.name, exc_info=True)
                 continue
             with self._lock:
                 if version > max(state.highest_seen, state.converted):

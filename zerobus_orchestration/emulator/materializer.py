@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 
 WAL_APP_ID = "zerobus-emulator-wal"
 MAX_COMMIT_BYTES = 256 * 1024 * 1024
+MAX_KEPT_ERRORS = 100
 
 
 class MirrorHook(Protocol):
@@ -62,7 +64,8 @@ class TableState:
     uri: str
     wal: TableWal
     committed: int
-    storage_options: dict[str, str] | None = None
+    # Holds the object store's secret key in plain text: keep it out of repr (logs, tracebacks).
+    storage_options: dict[str, str] | None = field(default=None, repr=False)
     lock: threading.Lock = field(default_factory=threading.Lock)
     last_delta_version: int | None = None
 
@@ -126,7 +129,8 @@ class Materializer:
         self._mirror = mirror
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="zerobus-emulator-materializer", daemon=True)
-        self.errors: list[str] = []
+        # The most recent failures only: a table failing every period must not grow memory forever.
+        self.errors: deque[str] = deque(maxlen=MAX_KEPT_ERRORS)
 
     def start(self) -> None:
         self._thread.start()

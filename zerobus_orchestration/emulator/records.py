@@ -70,7 +70,12 @@ def _typed_array(table: str, f: pa.Field, values: list[Any]) -> pa.Array:
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         pass
     try:  # e.g. ISO-8601 strings for timestamps and dates, numeric strings for int64 (proto JSON style)
-        return pa.array(values).cast(f.type, safe=True)
+        inferred = pa.array(values)
+        if not (pa.types.is_string(inferred.type) or pa.types.is_large_string(inferred.type)):
+            # Only text is parsed: a number or boolean cast into a STRING or BOOLEAN column (123 ->
+            # '123', true -> 1) would be a silent coercion the producer never asked for.
+            raise TypeError(f"got {inferred.type} values; send JSON values of the column type")
+        return inferred.cast(f.type, safe=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError) as exc:
         raise ConformError(
             table, SchemaProblem(TYPE_INCOMPATIBLE, f.name, f"values do not fit {f.type}: {exc}")

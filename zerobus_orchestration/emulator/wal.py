@@ -12,6 +12,7 @@ the middle of a write, never acknowledged) is cut off when the log is reopened.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import threading
@@ -115,6 +116,7 @@ class TableWal:
         self._written = max(last, committed)
         self._durable = self._written  # everything recovered is on disk already
         self._closed = False
+        self._broken: str | None = None  # why appends and acks are refused (failed fsync or uncut write)
         self._cursor: _Cursor | None = None
         if not self._segments:
             self._segments.append(self._new_segment(self._written + 1))
@@ -159,29 +161,55 @@ class TableWal:
         with self._cond:
             if self._closed:
                 raise RuntimeError(f"WAL {self.directory} is closed")
+            if self._broken is not None:
+                raise RuntimeError(f"WAL {self.directory} is unusable after a failed write: {self._broken}")
             seq = self._written + 1
-            header = _HEADER.pack(_MAGIC, seq, len(payload), zlib.crc32(payload))
-            os.write(self._fd, header + payload)
+            record = _HEADER.pack(_MAGIC, seq, len(payload), zlib.crc32(payload)) + payload
+            try:
+                written = os.write(self._fd, record)
+                if written != len(record):
+                    raise OSError(errno.EIO, f"short WAL write ({written} of {len(record)} bytes)")
+            except OSError as exc:
+                # A partial record left in place would end every later read and recovery at it, so
+                # records acknowledged after it would never reach Delta: cut it off, or stop appending.
+                try:
+                    os.ftruncate(self._fd, self._active_bytes)
+                except OSError as cut:
+                    self._broken = f"{exc}; truncating the partial record also failed: {cut}"
+                raise
             self._written = seq
-            self._active_bytes += _HEADER.size + len(payload)
+            self._active_bytes += len(record)
             return seq
 
     def wait_durable(self, seq: int) -> None:
         """Return once record ``seq`` is fsync'd; one fsync covers every record written meanwhile."""
         with self._cond:
             while self._durable < seq:
+                if self._broken is not None:
+                    raise RuntimeError(f"WAL {self.directory} cannot make records durable: {self._broken}")
                 if self._syncing:
                     self._cond.wait()
                     continue
                 self._syncing = True
                 target, fd = self._written, self._fd
                 self._cond.release()
+                failure: OSError | None = None
+                synced = False
                 try:
                     os.fsync(fd)
+                    synced = True
+                except OSError as exc:
+                    failure = exc
+                    raise
                 finally:
                     self._cond.acquire()
                     self._syncing = False
-                    self._durable = max(self._durable, target)
+                    if synced:
+                        self._durable = max(self._durable, target)
+                    elif failure is not None:
+                        # After a failed fsync the kernel may have dropped the dirty pages, and a
+                        # retried fsync can report success anyway: nothing unsynced may ever be acked.
+                        self._broken = f"fsync failed: {failure}"
                     self._cond.notify_all()
 
     def append_durable(self, payload: bytes) -> int:
@@ -239,7 +267,8 @@ class TableWal:
                 self._active_bytes = 0
             elif self._active_bytes >= self.segment_bytes:
                 os.fsync(self._fd)
-                self._durable = self._written
+                if self._broken is None:  # a later fsync's success does not undo an earlier failure
+                    self._durable = self._written
                 os.close(self._fd)
                 self._segments.append(self._new_segment(self._written + 1))
                 self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -262,5 +291,6 @@ class TableWal:
                 return
             self._closed = True
             os.fsync(self._fd)
-            self._durable = self._written
+            if self._broken is None:
+                self._durable = self._written
             os.close(self._fd)

@@ -263,6 +263,9 @@ class AckLane:
             burst = list(self._queue)  # one received, the rest drained without blocking
             self._queue.clear()
             self._in_hand = burst
+            # Set here too, not only after a confirm: while the ack this burst waits for is stalled,
+            # the gauge must show the backlog, not the (lower) value left by the previous burst.
+            self._m_pending.set(self._unconfirmed)
         burst.sort(key=lambda item: item.offset)
         return burst
 

@@ -21,5 +21,9 @@ class SchemaGate(Protocol):
         ...
 
     def check(self, table: str, batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-        """Raise before anything is sent, or return ``batch`` cast/aligned to ``target``."""
+        """Raise before anything is sent, or return ``batch`` cast/aligned to ``target``.
+
+        The gate counts its own outcomes in ``zerobus_type_reconcile_total{table, kind}``; the sink
+        does not count them again (one batch, one count per kind).
+        """
         ...

@@ -80,10 +80,14 @@ class PoolHealth:
     supervisor_errors: int = 0
     """Unexpected errors the pool's supervisor logged and survived (each one is in the log)."""
     last_supervisor_error: str | None = None
+    confirm_errors: int = 0
+    """Batches acknowledged durable whose coverage range could not be recorded (each one is in the log).
+
+    Their rows landed, but coverage does not know it: a resumed write sends them again."""
 
     @property
     def healthy(self) -> bool:
-        return self.alive > 0 and self.failed_batches == 0
+        return self.alive > 0 and self.failed_batches == 0 and self.confirm_errors == 0
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)

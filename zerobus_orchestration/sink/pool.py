@@ -49,6 +49,8 @@ class SubmitFailedError(ZerobusOrchestrationError, RuntimeError):
 
 POISONED_SUBMIT_ATTEMPTS = 3
 """Submits of one batch that may poison a stream before it is refused (each costs a stream rebuild)."""
+_FULL_CHANNEL_RESELECT_S = 0.005
+"""How long an unkeyed pusher waits on one full channel before looking for room on the others."""
 _MAX_BACKOFF_DOUBLINGS = 62  # 2.0 ** n overflows a float past ~1023; the ceiling caps the delay long before
 
 
@@ -86,6 +88,7 @@ class _Member:
     rows_delivered_base: int = 0
     rebuilds: int = 0
     retries_base: int = 0
+    confirm_errors_base: int = 0
     failed_batches: int = 0
     rebuild_started: float | None = None
     fatal: BaseException | None = None
@@ -238,7 +241,7 @@ class StreamPool:
     ) -> Submitted:
         """Submit ``batch`` on a healthy member without waiting for durability.
 
-        Waits only while that member's ack channel is full (backpressure) or, bounded by
+        Waits only while the ack channels are full (backpressure; keyed: the key's member's) or, bounded by
         ``healthy_member_wait_s``, while no member is healthy. A submit that poisons its stream is
         retried on a rebuilt stream a few times, backed off; see ``_pause_after_poisoned_submit``.
         ``nbytes``: the batch's size if the caller already knows it (saves recomputing it).
@@ -256,7 +259,10 @@ class StreamPool:
             if lane is None:
                 continue
             try:
-                lane.reserve()
+                # Unkeyed, the wait is sliced: with every channel full, the first lane to free a slot
+                # takes the batch, not necessarily ``member`` (which may be the slow one).
+                if not lane.reserve(None if key is not None else _FULL_CHANNEL_RESELECT_S):
+                    continue
             except LaneUnavailable:
                 continue
             with member.lock:
@@ -327,7 +333,8 @@ class StreamPool:
         """Round-robin skips a member whose channel is full while another has room.
 
         Without this, one slow or full stream would hold every pusher (head-of-line blocking) while
-        the other members' lanes sit idle. If every channel is full, the pusher waits on ``chosen``.
+        the other members' lanes sit idle. If every channel is full, the pusher waits on ``chosen``
+        for at most ``_FULL_CHANNEL_RESELECT_S`` and then looks again (see ``submit``).
         """
         for step in range(self.size):
             candidate = self._members[(chosen.index + step) % self.size]
@@ -459,6 +466,7 @@ class StreamPool:
             member.delivered_base = lane.delivered
             member.rows_delivered_base += lane.rows_delivered
             member.retries_base += lane.retries
+            member.confirm_errors_base += lane.confirm_errors
             member.resubmit = sorted([*member.resubmit, *kept], key=lambda item: item.seq)
             member.lane = None
             member.stream = None
@@ -595,10 +603,17 @@ class StreamPool:
 
     # -- draining -----------------------------------------------------------------------------------
 
-    def flush(self, timeout: float | None = None) -> None:
+    @property
+    def failed_batches(self) -> int:
+        """Batches lost with members that failed beyond repair, over the pool's life."""
+        return sum(m.failed_batches for m in self._members)
+
+    def flush(self, timeout: float | None = None, *, failed_before: int = 0) -> None:
         """Wait until every submitted batch is durable and confirmed (through rebuilds).
 
-        Raises ``DeliveryFailedError`` if a member failed beyond repair with batches undelivered.
+        Raises ``DeliveryFailedError`` if more than ``failed_before`` batches were lost with members that
+        failed beyond repair. A sink passes the count it saw when it started, so a write is not failed
+        for batches an earlier write lost: the pool outlives every sink.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         for member in self._members:
@@ -618,8 +633,8 @@ class StreamPool:
                     continue
                 with self._cond:
                     self._cond.wait(0.05 if remaining is None else min(remaining, 0.05))
-        failed = sum(m.failed_batches for m in self._members)
-        if failed:
+        failed = self.failed_batches - failed_before
+        if failed > 0:
             errors = "; ".join(f"stream {m.index}: {m.fatal}" for m in self._members if m.failed_batches)
             raise DeliveryFailedError(f"{self.table}: {failed} batch(es) were not delivered ({errors})")
 
@@ -676,6 +691,10 @@ class StreamPool:
                 )
             )
         retries = sum(m.retries_base + (m.lane.retries if m.lane is not None else 0) for m in self._members)
+        confirm_errors = sum(
+            m.confirm_errors_base + (m.lane.confirm_errors if m.lane is not None else 0)
+            for m in self._members
+        )
         return PoolHealth(
             table=self.table,
             lane=str(self.lane_kind),
@@ -699,4 +718,5 @@ class StreamPool:
             streams=tuple(streams),
             supervisor_errors=self.supervisor_errors,
             last_supervisor_error=self.last_supervisor_error,
+            confirm_errors=confirm_errors,
         )

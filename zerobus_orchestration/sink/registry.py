@@ -32,13 +32,25 @@ def pool_for(
     recorder: CoverageRecorder | None = None,
     metrics: SinkMetrics | None = None,
 ) -> StreamPool:
-    """The process's pool for ``table`` on ``transport``, created (not yet opened) on first use."""
+    """The process's pool for ``table`` on ``transport``, created (not yet opened) on first use.
+
+    ``config`` and ``metrics`` take effect only when the pool is created. A ``recorder`` other than the
+    existing pool's is refused (``ValueError``): its ranges would never be recorded there.
+    """
     key = (id(transport), table, lane)
     with _lock:
         pool = _pools.get(key)
         if pool is None or pool.transport is not transport or pool.closing:
             pool = StreamPool(transport, table, config, lane=lane, recorder=recorder, metrics=metrics)
             _pools[key] = pool
+        elif recorder is not None and pool.recorder is not recorder:
+            # The pool's lanes confirm into the recorder it was built with; accepting another one here
+            # would silently record this caller's coverage somewhere it never looks.
+            raise ValueError(
+                f"{table}: the process's {lane}-lane stream pool already records coverage into "
+                f"{pool.recorder!r}, not the recorder passed now; fix: pass the same recorder on every "
+                "open of this table, or build a StreamPool of your own for a separate recorder"
+            )
         return pool
 
 

@@ -37,7 +37,7 @@ from zerobus_orchestration.sink.confirmation import (
 )
 from zerobus_orchestration.sink.gate import SchemaGate
 from zerobus_orchestration.sink.health import PoolHealth
-from zerobus_orchestration.sink.pool import StreamPool
+from zerobus_orchestration.sink.pool import StreamPool, Submitted
 from zerobus_orchestration.transport.base import Transport
 
 ArrowInput: TypeAlias = pa.RecordBatch | pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch]
@@ -83,6 +83,7 @@ class _Prepared:
     batch: pa.RecordBatch
     span: OffsetRange
     nbytes: int  # measured once; ``RecordBatch.nbytes`` walks every buffer
+    claimed_from: int  # ``_next_offset`` before this batch claimed its positions (see ``_unclaim``)
 
 
 class ZerobusSink:
@@ -141,6 +142,7 @@ class ZerobusSink:
         self.confirm = confirm
         self.max_batch_rows = max_batch_rows
         self._owns_pool = owns_pool
+        self._failed_before = pool.failed_batches  # losses of earlier writes are not this sink's
         self._lock = threading.Lock()
         self._next_offset = start_offset
         self._last_schema: pa.Schema | None = None
@@ -183,12 +185,7 @@ class ZerobusSink:
         for batch, position in self._positioned(data, at):
             prepared = self._prepare(batch, position)
             if prepared is not None:
-                self.pool.submit(
-                    prepared.batch,
-                    self._confirmation(prepared.span),
-                    key=key or self.ordering_key,
-                    nbytes=prepared.nbytes,
-                )
+                self._submit(prepared, key, None)
 
     def send(self, data: ArrowInput, *, key: str | None = None, at: int | None = None) -> list[Receipt]:
         """Like ``push``, returning one ``Receipt`` per submitted batch."""
@@ -198,15 +195,39 @@ class ZerobusSink:
             if prepared is None:
                 continue
             future: Future[OffsetRange | None] = Future()
-            where = self.pool.submit(
+            where = self._submit(prepared, key, future)
+            receipts.append(Receipt(self.key, prepared.span, where.member, where.offset, future))
+        return receipts
+
+    def _submit(
+        self, prepared: _Prepared, key: str | None, future: Future[OffsetRange | None] | None
+    ) -> Submitted:
+        try:
+            return self.pool.submit(
                 prepared.batch,
                 self._confirmation(prepared.span),
                 key=key or self.ordering_key,
                 future=future,
                 nbytes=prepared.nbytes,
             )
-            receipts.append(Receipt(self.key, prepared.span, where.member, where.offset, future))
-        return receipts
+        except Exception:
+            self._unclaim(prepared)
+            raise
+
+    def _unclaim(self, prepared: _Prepared) -> None:
+        """Undo ``_prepare``'s claim for a batch the pool refused (it was never queued on a stream).
+
+        Without this, ``finish`` would count the refused batch as submitted and the next batch would
+        start after its positions, leaving a hole nothing ever fills. Positions are handed back only
+        if no later batch claimed positions meanwhile; otherwise the hole stays (coverage is
+        gap-aware, so a resume still finds it).
+        """
+        with self._lock:
+            self._batches -= 1
+            self._rows -= prepared.batch.num_rows
+            self._bytes -= prepared.nbytes
+            if self._next_offset == prepared.span.end:
+                self._next_offset = prepared.claimed_from
 
     def _positioned(self, data: ArrowInput, at: int | None) -> Iterator[tuple[pa.RecordBatch, int | None]]:
         if at is not None and (at < 0 or self.offset_column is not None):
@@ -236,7 +257,7 @@ class ZerobusSink:
 
     def flush(self, timeout: float | None = None) -> None:
         """Block until everything submitted is durable and confirmed (shutdown, checkpoints)."""
-        self.pool.flush(timeout)
+        self.pool.flush(timeout, failed_before=self._failed_before)
 
     def close(self, timeout: float | None = None) -> None:
         """Stop accepting and drain to durable; closes the pool too if this sink owns it."""
@@ -247,7 +268,7 @@ class ZerobusSink:
         if self._owns_pool:
             self.pool.close(timeout)
         else:
-            self.pool.flush(timeout)
+            self.pool.flush(timeout, failed_before=self._failed_before)
 
     def health(self) -> PoolHealth:
         return self.pool.health()
@@ -322,19 +343,17 @@ class ZerobusSink:
                     self._target = self.gate.ensure(self.table, stamped.schema)
                     self._last_schema = stamped.schema
                 assert self._target is not None
-                checked = self.gate.check(self.table, stamped, self._target)
-                if not checked.schema.equals(stamped.schema):
-                    self.pool.metrics.type_reconcile.labels(table=self.table, kind="cast").inc()
-                stamped = checked
+                stamped = self.gate.check(self.table, stamped, self._target)
             opened_with = self.pool.schema  # shared pool: another sink may have re-opened it
             if opened_with is None or not stamped.schema.equals(opened_with):
                 self.pool.ensure_open(stamped.schema)
             nbytes = stamped.nbytes
+            claimed_from = self._next_offset
             self._next_offset = max(self._next_offset, span.end)
             self._batches += 1
             self._rows += stamped.num_rows
             self._bytes += nbytes
-        return _Prepared(stamped, span, nbytes)
+        return _Prepared(stamped, span, nbytes, claimed_from)
 
     def _span_of(self, batch: pa.RecordBatch, at: int | None) -> OffsetRange:
         if self.offset_column is None:
