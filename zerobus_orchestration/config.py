@@ -65,6 +65,12 @@ class PoolConfig(_Model):
     open_backoff_initial_s: float = Field(0.5, gt=0, description="First backoff after a concurrency reject.")
     open_backoff_max_s: float = Field(30.0, gt=0, description="Backoff ceiling after concurrency rejects.")
     transient_retries: int = Field(5, ge=0, description="Ack-lane retries of a transient wait failure.")
+    failed_member_cooldown_s: float = Field(
+        30.0,
+        gt=0,
+        description="Wait before re-opening a stream that failed beyond repair for a non-fatal cause "
+        "(e.g. opens refused past rebuild_budget_s); fatal and schema-rejected streams stay failed.",
+    )
 
     def streams_for_table(self) -> int:
         """``max(min_streams, ceil(peak_MB_s / per_stream_mb_ceiling))``."""

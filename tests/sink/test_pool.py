@@ -23,6 +23,7 @@ from zerobus_orchestration.errors import (
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.sink import DeliveryFailedError, StreamPool, SubmitFailedError, ZerobusSink
+from zerobus_orchestration.sink.confirmation import NoConfirm
 from zerobus_orchestration.sink.pool import POISONED_SUBMIT_ATTEMPTS, backoff_ceiling, stable_index
 from zerobus_orchestration.transport.memory import FaultPlan, LatencyModel, MemoryStream, MemoryTransport
 
@@ -478,12 +479,12 @@ def test_unexpected_supervisor_error_is_logged_counted_and_survived(
     attach = pool._attach
     calls = []
 
-    def attach_failing_once(member: object, stream: MemoryStream) -> bool:
+    def attach_failing_once(member: object, stream: MemoryStream, schema: pa.Schema) -> bool:
         calls.append(member)
         if len(calls) == 1:
             stream.close()
             raise RuntimeError("injected supervisor bug")
-        return attach(member, stream)  # type: ignore[arg-type]
+        return attach(member, stream, schema)  # type: ignore[arg-type]
 
     pool._attach = attach_failing_once  # type: ignore[method-assign]
     with caplog.at_level("ERROR"):
@@ -521,3 +522,120 @@ def wait_for(condition: object, timeout: float = 10.0) -> None:
     while not condition():  # type: ignore[operator]
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.005)
+
+
+class RefuseWhileSet(MemoryTransport):
+    """Refuses every open while ``refusing`` is set (a service outage longer than the rebuild budget)."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.refusing = threading.Event()
+
+    def open_stream(self, table: str, schema: pa.Schema) -> MemoryStream:
+        if self.refusing.is_set():
+            self._open_attempts += 1
+            raise ConcurrencyRejectedError(f"{table}: RESOURCE_EXHAUSTED: no streams for you")
+        return super().open_stream(table, schema)
+
+
+def test_a_member_failed_by_a_refusal_outage_is_reopened_after_its_cooldown(metrics: SinkMetrics) -> None:
+    """With pool size 1, one outage longer than the rebuild budget must not fail every later write."""
+    recorder = CountingRecorder()
+    transport = RefuseWhileSet(latency=LatencyModel(base_s=0.001), faults=FaultPlan(poison_at={0: 1}))
+    cooldown = 0.3
+    pool, sink = make(
+        transport,
+        metrics,
+        recorder,
+        min_streams=1,
+        rebuild_budget_s=0.2,
+        open_backoff_initial_s=0.02,
+        open_backoff_max_s=0.05,
+        failed_member_cooldown_s=cooldown,
+        healthy_member_wait_s=10.0,
+    )
+    first = sink.send(rows(0, 1))[0]
+    sink.flush()
+    transport.refusing.set()
+    lost = sink.send(rows(1, 1))[0]  # poisons the only stream; every rebuild open is refused
+    with pytest.raises(DeliveryFailedError, match="not delivered"):
+        sink.flush()
+    assert lost.future.exception(timeout=5) is not None
+    assert pool.health().streams[0].failed
+    opens_when_failed = transport.open_attempts
+    # Bounded by the shared backoff while refusing: no storm (budget / (initial * 0.5 jitter) + slack).
+    assert opens_when_failed <= 2 + 0.2 / 0.01, opens_when_failed
+    health = pool.health()
+    assert health.streams[0].reopen_in_s is not None and health.reopens == 0
+    time.sleep(cooldown / 3)
+    assert transport.open_attempts == opens_when_failed  # nothing opened during the cool-down
+    transport.refusing.clear()
+
+    later = ZerobusSink(pool, source="later")
+    receipt = later.send(rows(10, 2))[0]  # waits for the re-open instead of failing fast
+    later.flush()  # its own batch delivered: the earlier loss is not this write's
+    assert receipt.future.result(timeout=5) == receipt.span
+    assert transport.open_attempts == opens_when_failed + 1  # exactly one re-open
+    health = pool.health()
+    assert health.alive == 1 and health.reopens == 1 and not health.streams[0].failed
+    assert health.failed_batches == 1  # history: the lost batch stays reported
+    assert health.pending == 0 and health.streams[0].delivered == 2
+    assert recorder.spans() == [first.span, receipt.span]  # coverage never claimed the lost batch
+    with pytest.raises(DeliveryFailedError):
+        pool.close()
+
+
+def test_a_fatal_member_failure_is_never_reopened(metrics: SinkMetrics) -> None:
+    transport = MemoryTransport()
+    pool, sink = make(transport, metrics, min_streams=1, failed_member_cooldown_s=0.01)
+    pool.ensure_open(rows(0, 1).schema)
+    member = pool._members[0]
+    pool._fail_member(member, FatalTransportError("PERMISSION_DENIED"))
+    time.sleep(0.2)
+    assert transport.open_attempts == 1 and pool.health().streams[0].failed
+    assert pool.health().streams[0].reopen_in_s is None
+    with pytest.raises(Exception, match="failed beyond repair"):
+        sink.send(rows(0, 1))
+    pool.close()
+
+
+class BlockingOpen(MemoryTransport):
+    """The ``block_at``-th open blocks until ``release`` is set, so a test can change schema meanwhile."""
+
+    def __init__(self, block_at: int, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.block_at = block_at
+        self.calls = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def open_stream(self, table: str, schema: pa.Schema) -> MemoryStream:
+        self.calls += 1
+        if self.calls == self.block_at:
+            self.entered.set()
+            assert self.release.wait(30)
+        return super().open_stream(table, schema)
+
+
+def test_a_stream_opened_with_the_old_schema_during_a_schema_change_is_reopened(metrics: SinkMetrics) -> None:
+    transport = BlockingOpen(1)
+    pool = StreamPool(
+        transport, TABLE, PoolConfig(min_streams=1, healthy_member_wait_s=0.05), metrics=metrics
+    )
+    old = rows(0, 1).schema
+    pool.ensure_open(old)  # returns after healthy_member_wait_s; the open is still in flight
+    assert transport.entered.wait(10)
+    new_batch = pa.record_batch({"v": pa.array([2, 3], pa.int64()), "extra": ["a", "b"]})
+    pool.ensure_open(new_batch.schema)  # the supervisor is opening with ``old`` right now
+    transport.release.set()
+    wait_for(lambda: pool.health().alive == 1 and len(transport.streams(TABLE)) == 2)
+    in_service = pool.health().streams[0].stream_id
+    serving = next(s for s in transport.streams(TABLE) if s.stream_id == in_service)
+    assert serving.schema.equals(new_batch.schema, check_metadata=True)
+    pool.submit(new_batch, NoConfirm())
+    pool.flush(timeout=10)
+    assert serving.durable_offset == 0  # the new-schema batch went to the new-schema stream
+    stale = transport.streams(TABLE)[0]
+    assert stale.schema.equals(old) and not stale.is_live  # drained and closed, never served
+    assert pool.health().rebuilds == 0  # a re-open for a schema is not a rebuild
+    pool.close()

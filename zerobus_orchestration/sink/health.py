@@ -53,6 +53,10 @@ class StreamHealth:
     submitted: int
     delivered: int
     rebuilds: int
+    reopens: int = 0
+    """Times this member was re-opened after failing beyond repair for a non-fatal cause."""
+    reopen_in_s: float | None = None
+    """Failed, waiting out its cool-down: seconds until it is re-opened (None if not, or failed for good)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,8 @@ class PoolHealth:
     delivery_latency_p99_s: float | None
     closed: bool
     streams: tuple[StreamHealth, ...]
+    reopens: int = 0
+    """Members re-opened after failing beyond repair (their lost batches stay in ``failed_batches``)."""
     supervisor_errors: int = 0
     """Unexpected errors the pool's supervisor logged and survived (each one is in the log)."""
     last_supervisor_error: str | None = None

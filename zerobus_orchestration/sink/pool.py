@@ -7,7 +7,8 @@ Every open happens on the pool's supervisor thread, never on the ingest path: pu
 healthy member, reserve an in-flight slot on its lane and submit. The supervisor also rebuilds
 poisoned members (within ``rebuild_budget_s``; the other members keep serving) and retries refused
 opens with exponential backoff and jitter shared by the whole pool, so repeated concurrency rejects
-can never turn into a reopen storm.
+can never turn into a reopen storm. A member that failed beyond repair for a cause a retry can fix is
+re-opened after ``failed_member_cooldown_s``; fatal and schema-rejected members stay failed.
 """
 
 from __future__ import annotations
@@ -37,6 +38,16 @@ log = logging.getLogger(__name__)
 
 class PoolUnavailableError(ZerobusOrchestrationError, RuntimeError):
     """No healthy stream became available within ``healthy_member_wait_s``."""
+
+
+class RebuildBudgetExceededError(PoolUnavailableError):
+    """A stream could not be rebuilt within ``rebuild_budget_s`` (opens kept being refused).
+
+    Not fatal: the service may accept opens again, so the supervisor re-opens the member after
+    ``failed_member_cooldown_s``. Batches lost with it stay failed.
+    """
+
+    error_class = ErrorClass.TRANSIENT
 
 
 class DeliveryFailedError(ZerobusOrchestrationError, RuntimeError):
@@ -90,6 +101,13 @@ class _Member:
     retries_base: int = 0
     confirm_errors_base: int = 0
     failed_batches: int = 0
+    abandoned_seqs: int = 0
+    """Seqs skipped by re-opens after failures: their batches failed (``failed_batches``), never delivered."""
+    reopens: int = 0
+    reopen_at: float | None = None
+    """When a failed member with a non-fatal cause is re-opened; None while not failed or failed for good."""
+    stream_schema: pa.Schema | None = None
+    """The exact schema ``stream`` was opened with (the service refuses batches of any other)."""
     rebuild_started: float | None = None
     fatal: BaseException | None = None
     counts_as_rebuild: bool = False
@@ -352,7 +370,7 @@ class StreamPool:
                     member = self._members[stable_index(key, self.size)]
                     if _serving(member):
                         return member
-                    if member.state is MemberState.FAILED:
+                    if member.state is MemberState.FAILED and member.reopen_at is None:
                         raise PoolUnavailableError(
                             f"{self.table}: stream {member.index} for ordering key {key!r} failed: "
                             f"{member.fatal}"
@@ -363,7 +381,7 @@ class StreamPool:
                         if _serving(candidate):
                             self._rr = (candidate.index + 1) % self.size
                             return candidate
-                    if all(m.state is MemberState.FAILED for m in self._members):
+                    if all(m.state is MemberState.FAILED and m.reopen_at is None for m in self._members):
                         raise PoolUnavailableError(f"{self.table}: every stream failed beyond repair")
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -412,15 +430,23 @@ class StreamPool:
             with self._cond:
                 if self._closed:
                     return
+                now = time.monotonic()
                 due = [
                     m
                     for m in self._members
                     if m.state is MemberState.REBUILDING
                     or (m.state is MemberState.OPENING and not self._closing)
+                    or self._reopen_due(m, now)
                 ]
-                now = time.monotonic()
                 if not due or now < self._open_not_before:
-                    timeout = None if not due else self._open_not_before - now
+                    wake = [self._open_not_before] if due else []
+                    if not self._closing:
+                        wake += [
+                            m.reopen_at
+                            for m in self._members
+                            if m.state is MemberState.FAILED and m.reopen_at is not None
+                        ]
+                    timeout = min(wake) - now if wake else None
                     self._cond.wait(timeout if timeout is None else max(timeout, 0.001))
                     continue
             for member in due:
@@ -432,6 +458,37 @@ class StreamPool:
                     self._consecutive_supervisor_errors = 0
                 if time.monotonic() < self._open_not_before:
                     break  # a reject: every pending open waits out the same backoff
+
+    def _reopen_due(self, member: _Member, now: float) -> bool:
+        return (
+            member.state is MemberState.FAILED
+            and member.reopen_at is not None
+            and now >= member.reopen_at
+            and not self._closing
+        )
+
+    def _reopen_failed(self, member: _Member) -> bool:
+        """Turn a member that failed for a non-fatal cause into a fresh one, opened like at the first write.
+
+        Its lost batches stay lost: their receipts already failed and ``failed_batches`` keeps them as
+        history. Their seqs are skipped so they never show as pending. The rebuild budget applies again,
+        so a service still refusing fails the member again and it waits out another cool-down (no storm).
+        """
+        with member.lock:
+            if member.state is not MemberState.FAILED or member.reopen_at is None:
+                return False
+            member.abandoned_seqs += member.next_seq - member.delivered_base
+            member.delivered_base = member.next_seq
+            member.state = MemberState.OPENING
+            member.fatal = None
+            member.reopen_at = None
+            member.reopens += 1
+            member.rebuild_started = time.monotonic()
+            member.counts_as_rebuild = False
+        log.info(
+            "%s: re-opening stream %d after its cool-down (#%d)", self.table, member.index, member.reopens
+        )
+        return True
 
     def _supervisor_error(self, member: _Member, exc: Exception) -> None:
         """Log, count (health shows it), and back off before the next pass instead of spinning."""
@@ -478,6 +535,8 @@ class StreamPool:
         return True
 
     def _repair(self, member: _Member) -> None:
+        if member.state is MemberState.FAILED and not self._reopen_failed(member):
+            return
         if member.state is MemberState.REBUILDING and not self._retire(member):
             return
         if member.fatal is not None:
@@ -487,7 +546,7 @@ class StreamPool:
         if started is not None and time.monotonic() - started > self.config.rebuild_budget_s:
             self._fail_member(
                 member,
-                PoolUnavailableError(
+                RebuildBudgetExceededError(
                     f"{self.table}: stream {member.index} not rebuilt within rebuild_budget_s="
                     f"{self.config.rebuild_budget_s}"
                 ),
@@ -505,7 +564,7 @@ class StreamPool:
                 return
             self._back_off(member, exc, error_class)
             return
-        if self._attach(member, stream):
+        if self._attach(member, stream, schema):
             self._consecutive_rejects = 0  # only a usable stream ends the backoff, not a bare open
 
     def _back_off(
@@ -533,8 +592,13 @@ class StreamPool:
         )
         self._notify()  # a first write waiting in _await_first_open may go ahead on the healthy members
 
-    def _attach(self, member: _Member, stream: Stream) -> bool:
-        """Start ``stream``'s lane and re-submit what the member's old stream left; False if that failed."""
+    def _attach(self, member: _Member, stream: Stream, schema: pa.Schema) -> bool:
+        """Start ``stream``'s lane and re-submit what the member's old stream left; False if that failed.
+
+        ``schema`` is what ``stream`` was opened with. If ``ensure_open`` moved the pool to a new schema
+        while the open was in flight, the stream is not put in service: it takes its re-submits (batches of
+        its own schema), then is drained and re-opened with the new schema, like every other member.
+        """
         telemetry = LaneTelemetry(self.metrics, self.table, str(member.index), self._coalesce, self._latency)
         lane = AckLane(
             stream,
@@ -549,8 +613,9 @@ class StreamPool:
         with member.lock:
             rebuilt = member.state is MemberState.REBUILDING and member.counts_as_rebuild
             pending, member.resubmit = member.resubmit, []
-            member.stream, member.lane = stream, lane
+            member.stream, member.lane, member.stream_schema = stream, lane, schema
             resubmit_error: Exception | None = None
+            stale = False
             for index, item in enumerate(pending):
                 try:
                     offset = stream.submit(item.batch)
@@ -566,6 +631,22 @@ class StreamPool:
                 if rebuilt:
                     member.rebuilds += 1
                     self.metrics.stream_rebuilds.labels(table=self.table, stream=str(member.index)).inc()
+                # Checked under the member lock: ``ensure_open`` assigns the schema before it marks
+                # HEALTHY members (under this lock) for re-opening, so no stale stream is left serving.
+                stale = self._schema is not schema
+                if stale:
+                    member.state = MemberState.REBUILDING
+                    member.rebuild_started = time.monotonic()
+                    member.counts_as_rebuild = False
+        if stale:
+            log.info(
+                "%s: stream %d (%s) was opened with the previous schema; draining and re-opening it",
+                self.table,
+                member.index,
+                stream.stream_id,
+            )
+            self._notify()
+            return True
         if resubmit_error is not None:
             # Backed off like a refused open: re-opening at once would meet the same failure, in a loop.
             self._back_off(member, resubmit_error, classify(resubmit_error), what="re-submitting on new")
@@ -581,19 +662,26 @@ class StreamPool:
         return True
 
     def _fail_member(self, member: _Member, error: BaseException) -> None:
+        # The pool lives as long as the process: a member lost to a passing outage must come back, or
+        # every later write to the table fails. What a retry cannot fix (auth, config, schema) stays failed.
+        recoverable = classify(error) not in (ErrorClass.FATAL, ErrorClass.SCHEMA_REJECTED)
         with member.lock:
             pending, member.resubmit = member.resubmit, []
             member.state = MemberState.FAILED
             member.fatal = error
             member.failed_batches += len(pending)
+            member.reopen_at = (
+                time.monotonic() + self.config.failed_member_cooldown_s if recoverable else None
+            )
         for item in pending:
             if item.future is not None and not item.future.done():
                 item.future.set_exception(error)
         log.error(
-            "%s: stream %d failed beyond repair, %d batch(es) not delivered: %s",
+            "%s: stream %d failed beyond repair, %d batch(es) not delivered%s: %s",
             self.table,
             member.index,
             len(pending),
+            f"; re-opening it in {self.config.failed_member_cooldown_s}s" if recoverable else "",
             error,
         )
         self._notify()
@@ -675,7 +763,7 @@ class StreamPool:
         for m in self._members:
             lane = m.lane
             submitted = m.next_seq
-            delivered = m.delivered
+            delivered = m.delivered - m.abandoned_seqs
             streams.append(
                 StreamHealth(
                     index=m.index,
@@ -683,11 +771,17 @@ class StreamPool:
                     alive=m.state is MemberState.HEALTHY and lane is not None and lane.alive,
                     rebuilding=m.state is MemberState.REBUILDING,
                     failed=m.state is MemberState.FAILED,
-                    pending=submitted - delivered,
+                    pending=submitted - delivered - m.abandoned_seqs,
                     backpressured=lane.backpressured if lane is not None else False,
                     submitted=submitted,
                     delivered=delivered,
                     rebuilds=m.rebuilds,
+                    reopens=m.reopens,
+                    reopen_in_s=(
+                        max(0.0, m.reopen_at - time.monotonic())
+                        if m.state is MemberState.FAILED and m.reopen_at is not None
+                        else None
+                    ),
                 )
             )
         retries = sum(m.retries_base + (m.lane.retries if m.lane is not None else 0) for m in self._members)
@@ -707,6 +801,7 @@ class StreamPool:
             failed_batches=sum(m.failed_batches for m in self._members),
             rows_delivered=sum(m.rows_delivered for m in self._members),
             rebuilds=sum(m.rebuilds for m in self._members),
+            reopens=sum(m.reopens for m in self._members),
             concurrency_rejects=self.concurrency_rejects,
             ack_retries=retries,
             poisoned=self.lane_failures,
