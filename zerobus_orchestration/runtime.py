@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from zerobus_orchestration.catalog.base import DesiredTable, ReconcileOutcome, TableCatalog, TableTags
 from zerobus_orchestration.catalog.gate import CatalogGate
-from zerobus_orchestration.catalog.plan import ReconcilePlan, plan
+from zerobus_orchestration.catalog.plan import ReconcilePlan
 from zerobus_orchestration.config import CatalogBackend, Role, ZerobusConfig
 from zerobus_orchestration.contracts import ContractDescriptions
 from zerobus_orchestration.coverage import CoverageStore
@@ -195,11 +195,7 @@ class ZerobusRuntime:
     ) -> ReconcilePlan:
         """What ``reconcile`` would do; nothing is applied."""
         desired = self.desired(table, schema, role=role, descriptions=descriptions, tags=tags)
-        preview = getattr(self.catalog, "plan", None)  # backends that add role properties preview exactly
-        if preview is not None:
-            result: ReconcilePlan = preview(table, desired)
-            return result
-        return plan(self.catalog.describe(table), desired, allow_widening=desired.allow_widening)
+        return self.catalog.plan(table, desired)
 
     def reconcile(
         self,

@@ -154,3 +154,18 @@ def test_health_reports_the_pool_after_a_write(runtime: ZerobusRuntime) -> None:
     (pool,) = health["pools"]
     assert pool["table"] == TABLE and pool["delivered"] == pool["submitted"] >= 1
     assert pool["pending"] == 0
+
+
+def test_writes_share_the_table_s_long_lived_streams(runtime: ZerobusRuntime) -> None:
+    """No stream per write: every write of the process goes through the same pool and streams."""
+    assert runtime.emulator is not None
+    first = runtime.sink(TABLE, source="run-1")
+    first.push(orders(100))
+    first.flush()
+    second = runtime.sink(TABLE, source="run-2")
+    assert second.pool is first.pool
+    runtime.write(TABLE, orders(100), source="run-3")
+    second.push(orders(100))
+    second.flush()
+    assert runtime.emulator.open_streams(TABLE) == first.pool.size  # the streams stayed open, not re-made
+    assert delta_rows(runtime).num_rows == 300

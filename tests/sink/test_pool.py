@@ -280,35 +280,6 @@ def test_schema_change_drains_and_reopens_every_member_with_the_new_schema(metri
     pool.close()
 
 
-def test_registry_reuses_one_long_lived_pool_per_table(metrics: SinkMetrics) -> None:
-    from zerobus_orchestration.sink.registry import close_all, pool_for
-
-    transport = MemoryTransport()
-    first = ZerobusSink.open(transport, TABLE, source="run-1", metrics=metrics)
-    first.push(rows(0, 2))
-    first.close()  # a sink's close drains but keeps the process's streams
-    second = ZerobusSink.open(transport, TABLE, source="run-2", metrics=metrics)
-    second.push(rows(0, 2))
-    second.close()
-    assert first.pool is second.pool is pool_for(transport, TABLE)
-    assert len(transport.streams(TABLE)) == first.pool.size  # no stream per run
-    close_all()
-    assert first.pool.closing
-
-
-def test_registry_refuses_a_second_recorder_for_the_same_pool(metrics: SinkMetrics) -> None:
-    """The shared pool confirms into its first recorder; a different one would silently get nothing."""
-    from zerobus_orchestration.sink.registry import close_all
-
-    transport = MemoryTransport()
-    first = ZerobusSink.open(transport, TABLE, source="run-1", metrics=metrics, recorder=CountingRecorder())
-    with pytest.raises(ValueError, match="already records coverage"):
-        ZerobusSink.open(transport, TABLE, source="run-2", metrics=metrics, recorder=CountingRecorder())
-    same = ZerobusSink.open(transport, TABLE, source="run-3", metrics=metrics, recorder=first.pool.recorder)
-    assert same.pool is first.pool
-    close_all()
-
-
 class FailingRecorder(CountingRecorder):
     def record_many(self, items: object) -> None:
         raise OSError("coverage store unavailable")

@@ -289,6 +289,10 @@ class TableCatalog(Protocol):
         """The live table, re-read now; ``None`` when it does not exist."""
         ...
 
+    def plan(self, table: str, desired: DesiredTable) -> ReconcilePlan:
+        """The plan ``reconcile`` would execute now (with the backend's role properties); nothing runs."""
+        ...
+
     def reconcile(self, table: str, desired: DesiredTable) -> ReconcileOutcome:
         """Plan (``plan.plan``), raise ``PlanRefusedError`` on any ``Refuse`` step, else execute.
 

@@ -22,10 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from zerobus_orchestration.config import PoolConfig
 from zerobus_orchestration.errors import SinkClosedError
-from zerobus_orchestration.metrics import SinkMetrics
-from zerobus_orchestration.ranges import CoverageKey, CoverageRecorder, OffsetRange
+from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.reserved import RESERVED_FIELDS, RESERVED_NAMES
 from zerobus_orchestration.sink.confirmation import (
     Confirmation,
@@ -38,7 +36,6 @@ from zerobus_orchestration.sink.confirmation import (
 from zerobus_orchestration.sink.gate import SchemaGate
 from zerobus_orchestration.sink.health import PoolHealth
 from zerobus_orchestration.sink.pool import StreamPool, Submitted
-from zerobus_orchestration.transport.base import Transport
 
 ArrowInput: TypeAlias = pa.RecordBatch | pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch]
 OffsetSpan = OffsetRange
@@ -89,7 +86,7 @@ class _Prepared:
 class ZerobusSink:
     """Write Arrow data for one (source, partition) into one table. Thread-safe for concurrent pushers.
 
-    ``pool``: the table's ``StreamPool`` (see ``ZerobusSink.open`` for the registry-backed form).
+    ``pool``: the table's ``StreamPool`` (``ZerobusRuntime.sink`` hands out the process's long-lived one).
     ``source`` / ``partition``: stamped into ``_twg_source`` and the coverage key.
     ``start_offset``: row position of the first row (``_twg_offset``), unless ``offset_column`` names a
     column that already holds contiguous row positions. ``ordering_key``: pin every batch of this
@@ -155,25 +152,6 @@ class ZerobusSink:
         self._source_bytes = source.encode("utf-8")
         self._stamped_from: pa.Schema | None = None
         self._stamped_schema: pa.Schema | None = None
-
-    @classmethod
-    def open(
-        cls,
-        transport: Transport,
-        table: str,
-        *,
-        source: str,
-        config: PoolConfig | None = None,
-        recorder: CoverageRecorder | None = None,
-        metrics: SinkMetrics | None = None,
-        lane: LaneKind = LaneKind.RAW,
-        **options: object,
-    ) -> ZerobusSink:
-        """A sink over the process-wide pool for ``table`` (``sink.registry``), kept after ``close``."""
-        from zerobus_orchestration.sink.registry import pool_for
-
-        pool = pool_for(transport, table, config, lane=lane, recorder=recorder, metrics=metrics)
-        return cls(pool, source=source, lane=lane, **options)  # type: ignore[arg-type]
 
     # -- writing ------------------------------------------------------------------------------------
 
