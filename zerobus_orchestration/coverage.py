@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -257,7 +258,7 @@ def _configure(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
     # WAL lets readers run while one process merges; FULL fsyncs each commit so a confirmed range
     # survives power loss (losing it would only make coverage lag, but costs a needless re-send).
-    conn.execute("PRAGMA journal_mode = WAL")
+    _enable_wal(conn, busy_timeout_s)
     conn.execute("PRAGMA synchronous = FULL")
     with _immediate(conn):  # schema creation races with other processes opening the same file
         for statement in _SCHEMA:
@@ -270,6 +271,30 @@ def _configure(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
                 f"coverage file has schema version {version}, this release reads {SCHEMA_VERSION}. "
                 "Fix: upgrade zerobus-orchestration, or point zerobus.coverage.location at a new file."
             )
+
+
+def _enable_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
+    """Switch the file to WAL (a persistent, one-time change), waiting out concurrent first openers.
+
+    The switch from a rollback journal needs an exclusive lock, and SQLite answers ``database is
+    locked`` at once, without calling the busy handler, when another connection (a sibling ack lane,
+    another process) is opening the same new file. So retry here, with backoff, up to the busy timeout.
+    """
+    deadline = time.monotonic() + busy_timeout_s
+    delay = 0.005
+    while True:
+        try:
+            (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
+            if str(mode).lower() != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
 
 
 @contextmanager

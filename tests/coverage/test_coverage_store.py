@@ -212,3 +212,36 @@ def test_store_union_merge_is_order_independent_idempotent_and_gap_complete(
         holes = {p for r in store.gaps(KEY, n) for p in range(r.start, r.end)}
         assert covered.isdisjoint(holes)
         assert covered | holes == set(range(n))
+
+
+def test_concurrent_first_openers_of_a_new_file_all_succeed(tmp_path: Path) -> None:
+    """Several connections opening a brand-new file at once race for the switch to WAL.
+
+    SQLite answers that race with an immediate ``database is locked`` (no busy handler), which once
+    failed a read of coverage while two ack lanes were opening the file; every opener must get through.
+    """
+    for attempt in range(80):
+        path = tmp_path / f"race-{attempt}.sqlite"
+        stores = [CoverageStore(path, TABLE) for _ in range(4)]
+        barrier = threading.Barrier(len(stores))
+        failures: list[BaseException] = []
+
+        def open_and_record(store: CoverageStore, index: int) -> None:
+            try:
+                barrier.wait()
+                store.record(CoverageKey("sink", f"s{index}", ""), OffsetRange(0, index + 1))
+            except BaseException as exc:  # surfaced by the assertion below
+                failures.append(exc)
+
+        threads = [threading.Thread(target=open_and_record, args=(s, i)) for i, s in enumerate(stores)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for store in stores:
+            store.close()
+        assert failures == []
+        with CoverageStore(path, TABLE) as check:
+            assert {key.source: check.ranges(key) for key in check.keys()} == {
+                f"s{i}": (OffsetRange(0, i + 1),) for i in range(len(stores))
+            }
