@@ -223,25 +223,32 @@ def test_concurrent_first_openers_of_a_new_file_all_succeed(tmp_path: Path) -> N
     for attempt in range(80):
         path = tmp_path / f"race-{attempt}.sqlite"
         stores = [CoverageStore(path, TABLE) for _ in range(4)]
-        barrier = threading.Barrier(len(stores))
-        failures: list[BaseException] = []
-
-        def open_and_record(store: CoverageStore, index: int) -> None:
-            try:
-                barrier.wait()
-                store.record(CoverageKey("sink", f"s{index}", ""), OffsetRange(0, index + 1))
-            except BaseException as exc:  # surfaced by the assertion below
-                failures.append(exc)
-
-        threads = [threading.Thread(target=open_and_record, args=(s, i)) for i, s in enumerate(stores)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        failures = _record_from_threads_at_once(stores)
         for store in stores:
             store.close()
         assert failures == []
         with CoverageStore(path, TABLE) as check:
-            assert {key.source: check.ranges(key) for key in check.keys()} == {
+            stored_keys = check.keys()
+            assert {key.source: check.ranges(key) for key in stored_keys} == {
                 f"s{i}": (OffsetRange(0, i + 1),) for i in range(len(stores))
             }
+
+
+def _record_from_threads_at_once(stores: list[CoverageStore]) -> list[BaseException]:
+    """Each store records from its own thread, all released together; returns what they raised."""
+    barrier = threading.Barrier(len(stores))
+    failures: list[BaseException] = []
+
+    def open_and_record(store: CoverageStore, index: int) -> None:
+        try:
+            barrier.wait()
+            store.record(CoverageKey("sink", f"s{index}", ""), OffsetRange(0, index + 1))
+        except BaseException as exc:  # returned to the caller, which asserts there are none
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_and_record, args=(s, i)) for i, s in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return failures
