@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+PY_DIRS := zerobus_orchestration dagster_defs airflow_provider tests benchmarks examples
 # The official SDK tunnels even 127.0.0.1 through *_proxy variables; keep loopback direct.
 LOOPBACK_ENV := env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u grpc_proxy -u GRPC_PROXY \
 	NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost no_grpc_proxy=127.0.0.1,localhost
@@ -23,6 +24,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check --quiet $(PY_DIRS)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy zerobus_orchestration dagster_defs airflow_provider

@@ -82,7 +82,10 @@ def test_config_hash_tracks_secrets_without_revealing_them() -> None:
     a = ZerobusConfig(endpoint="e", workspace_url="w", client_id="c", client_secret="s1")
     b = ZerobusConfig(endpoint="e", workspace_url="w", client_id="c", client_secret="s2")
     assert a.config_hash() != b.config_hash()
-    assert a.config_hash() == ZerobusConfig(endpoint="e", workspace_url="w", client_id="c", client_secret="s1").config_hash()
+    assert (
+        a.config_hash()
+        == ZerobusConfig(endpoint="e", workspace_url="w", client_id="c", client_secret="s1").config_hash()
+    )
     assert "s1" not in a.config_hash()
 
 

@@ -26,7 +26,9 @@ from zerobus_orchestration.errors import (
 class FakeRpcError(grpc.RpcError):
     """Shaped like grpc's own call errors: code(), details(), trailing_metadata()."""
 
-    def __init__(self, code: grpc.StatusCode, details: str = "", trailing: tuple[tuple[str, bytes], ...] = ()):
+    def __init__(
+        self, code: grpc.StatusCode, details: str = "", trailing: tuple[tuple[str, bytes], ...] = ()
+    ):
         super().__init__(details)
         self._code = code
         self._details = details
@@ -81,28 +83,55 @@ def test_error_info_schema_validation_failed_wins_over_the_code() -> None:
 
 SDK_MESSAGE_TABLE = [
     # (exception type, message, expected) -- message shapes from the SDK's Rust core (tonic code texts)
-    (NonRetriableException, "Failed to create stream: code: 'Some requested entity was not found', "
-     "message: \"table main.default.nope\"", ErrorClass.FATAL),
-    (NonRetriableException, "Failed to create stream: code: 'The request does not have valid authentication "
-     "credentials', message: \"token expired\"", ErrorClass.FATAL),
-    (NonRetriableException, "code: 'The caller does not have permission to execute the specified operation'",
-     ErrorClass.FATAL),
-    (NonRetriableException, "Invalid schema: SCHEMA_VALIDATION_FAILED causes=FIELD_NOT_IN_TABLE",
-     ErrorClass.SCHEMA_REJECTED),
+    (
+        NonRetriableException,
+        "Failed to create stream: code: 'Some requested entity was not found', "
+        'message: "table main.default.nope"',
+        ErrorClass.FATAL,
+    ),
+    (
+        NonRetriableException,
+        "Failed to create stream: code: 'The request does not have valid authentication "
+        'credentials\', message: "token expired"',
+        ErrorClass.FATAL,
+    ),
+    (
+        NonRetriableException,
+        "code: 'The caller does not have permission to execute the specified operation'",
+        ErrorClass.FATAL,
+    ),
+    (
+        NonRetriableException,
+        "Invalid schema: SCHEMA_VALIDATION_FAILED causes=FIELD_NOT_IN_TABLE",
+        ErrorClass.SCHEMA_REJECTED,
+    ),
     (NonRetriableException, "Invalid argument: Ingest payload too large", ErrorClass.POISON),
-    (NonRetriableException, "Stream closed: code: 'Client specified an invalid argument', message: \"bad row\"",
-     ErrorClass.POISON),
+    (
+        NonRetriableException,
+        "Stream closed: code: 'Client specified an invalid argument', message: \"bad row\"",
+        ErrorClass.POISON,
+    ),
     (NonRetriableException, "Invalid table name: nope", ErrorClass.FATAL),
     (NonRetriableException, "Invalid UC token: 401 Unauthorized", ErrorClass.FATAL),
-    (ZerobusException, "Failed to create stream: code: 'Some resource has been exhausted', message: \"too many "
-     "streams\"", ErrorClass.CONCURRENCY_REJECT),
+    (
+        ZerobusException,
+        "Failed to create stream: code: 'Some resource has been exhausted', message: \"too many streams\"",
+        ErrorClass.CONCURRENCY_REJECT,
+    ),
     (ZerobusException, "Flush timed out", ErrorClass.TRANSIENT),
     (ZerobusException, "Waiting for acknowledgement timed out", ErrorClass.TRANSIENT),
-    (ZerobusException, "Stream closed: code: 'Deadline expired before operation could complete', message: "
-     "\"Server ack timeout\"", ErrorClass.TRANSIENT),
+    (
+        ZerobusException,
+        "Stream closed: code: 'Deadline expired before operation could complete', message: "
+        '"Server ack timeout"',
+        ErrorClass.TRANSIENT,
+    ),
     # A retryable code surfacing from the SDK means its own recovery gave up: the stream is dead.
-    (ZerobusException, "Stream closed: code: 'The service is currently unavailable', message: \"gone\"",
-     ErrorClass.POISON),
+    (
+        ZerobusException,
+        "Stream closed: code: 'The service is currently unavailable', message: \"gone\"",
+        ErrorClass.POISON,
+    ),
     (ZerobusException, "Failed to create stream: code: 'Internal error', message: \"x\"", ErrorClass.POISON),
 ]
 

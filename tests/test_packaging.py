@@ -35,14 +35,19 @@ def test_provider_info_names_the_distribution() -> None:
 
     info = get_provider_info()
     assert info["package-name"] == "zerobus-orchestration"
-    eps = [ep for ep in entry_points(group="apache_airflow_provider") if ep.value.startswith("airflow_provider.")]
+    eps = [
+        ep for ep in entry_points(group="apache_airflow_provider") if ep.value.startswith("airflow_provider.")
+    ]
     assert eps, "the apache_airflow_provider entry point is not registered"
     assert eps[0].load() is get_provider_info
 
 
 def test_cli_help_runs() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "zerobus_orchestration.cli", "--help"], check=True, capture_output=True, text=True
+        [sys.executable, "-m", "zerobus_orchestration.cli", "--help"],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     assert "demo" in out
 

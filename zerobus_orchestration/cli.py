@@ -26,7 +26,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """Write Arrow data into Databricks Delta tables through Zerobus (or the local emulator)."""

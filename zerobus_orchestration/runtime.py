@@ -374,8 +374,10 @@ class ZerobusRuntime:
             policy = WaitPolicy(timeout_s=wait_s, initial_s=min(policy.initial_s, wait_s), max_s=policy.max_s)
         coverage = self.coverage_map(name, source=source, partition=partition)
         if not coverage:
-            scope = "" if source is None else f" for source {source!r}" + (
-                "" if partition is None else f" partition {partition!r}"
+            scope = (
+                ""
+                if source is None
+                else f" for source {source!r}" + ("" if partition is None else f" partition {partition!r}")
             )
             raise NothingToVerifyError(
                 f"read-back of {name}: no delivered coverage{scope}, so there is nothing to verify yet; "

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from zerobus_orchestration.runtime import WriteResult, ZerobusRuntime
 
 log = logging.getLogger(__name__)
+
+
 class ZerobusHook(BaseHook):
     """Reach Zerobus (or the embedded emulator) through a ``zerobus`` connection.
 

@@ -149,5 +149,3 @@ def config_from_connection(
     except ConfigError as exc:
         raise ConfigError(f"connection {fields.conn_id!r}: {exc}") from None
     return config.with_default_emulator_mode(EMBEDDED_MODE)
-
-

@@ -145,5 +145,7 @@ def test_embedded_connection_defaults_to_the_shared_emulator_unless_a_mode_is_se
         extra={"embedded": True, "warehouse": "/tmp/wh", "config": {"emulator": {"mode": "in_process"}}},
     )
     assert config_from_connection(pinned).emulator.mode == "in_process"
-    assert config_from_connection(embedded, {"emulator": {"mode": "in_process"}}).emulator.mode == "in_process"
+    assert (
+        config_from_connection(embedded, {"emulator": {"mode": "in_process"}}).emulator.mode == "in_process"
+    )
     assert config_from_connection(REMOTE).emulator.mode == "in_process"  # no emulator at all

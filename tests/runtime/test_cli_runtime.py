@@ -50,7 +50,9 @@ def test_ingest_files_then_readback_verifies(env: Path, tmp_path: Path) -> None:
     repeated = _json(again.stdout)  # same command, same source: coverage holds every row already
     assert (repeated["rows_written"], repeated["rows_skipped"]) == (0, 3_000)
 
-    checked = runner.invoke(app, ["readback", "--table", TABLE, "--warehouse", str(env), "--wait", "30", "--json"])
+    checked = runner.invoke(
+        app, ["readback", "--table", TABLE, "--warehouse", str(env), "--wait", "30", "--json"]
+    )
     assert checked.exit_code == 0, checked.output
     report = _json(checked.stdout)
     assert report["verified"] is True and report["rows_scanned"] == 3_000
@@ -59,11 +61,26 @@ def test_ingest_files_then_readback_verifies(env: Path, tmp_path: Path) -> None:
 def test_several_files_under_one_source_are_one_write(env: Path, tmp_path: Path) -> None:
     """Positions count across files: a second file is never mistaken for the first one re-sent."""
     for i in range(2):
-        pq.write_table(pa.table({"id": pa.array(range(i * 1_000, (i + 1) * 1_000), pa.int64())}), tmp_path / f"f{i}.parquet")
+        pq.write_table(
+            pa.table({"id": pa.array(range(i * 1_000, (i + 1) * 1_000), pa.int64())}),
+            tmp_path / f"f{i}.parquet",
+        )
     result = CliRunner().invoke(
         app,
-        ["ingest", "--table", TABLE, "--warehouse", str(env), "--json", "--source", "s1", "--partition", "p1",
-         str(tmp_path / "f0.parquet"), str(tmp_path / "f1.parquet")],
+        [
+            "ingest",
+            "--table",
+            TABLE,
+            "--warehouse",
+            str(env),
+            "--json",
+            "--source",
+            "s1",
+            "--partition",
+            "p1",
+            str(tmp_path / "f0.parquet"),
+            str(tmp_path / "f1.parquet"),
+        ],
     )
     assert result.exit_code == 0, result.output
     summary = _json(result.stdout)
@@ -73,7 +90,16 @@ def test_several_files_under_one_source_are_one_write(env: Path, tmp_path: Path)
 def test_ingest_csv(env: Path, tmp_path: Path) -> None:
     pacsv.write_csv(pa.table({"id": [1, 2, 3], "name": ["a", "b", "c"]}), tmp_path / "people.csv")
     result = CliRunner().invoke(
-        app, ["ingest", "--table", "main.raw.people", "--warehouse", str(env), "--json", str(tmp_path / "people.csv")]
+        app,
+        [
+            "ingest",
+            "--table",
+            "main.raw.people",
+            "--warehouse",
+            str(env),
+            "--json",
+            str(tmp_path / "people.csv"),
+        ],
     )
     assert result.exit_code == 0, result.output
     assert _json(result.stdout)["rows_written"] == 3
@@ -82,11 +108,18 @@ def test_ingest_csv(env: Path, tmp_path: Path) -> None:
 def test_readback_exits_non_zero_when_covered_rows_are_missing(env: Path, tmp_path: Path) -> None:
     pq.write_table(pa.table({"id": pa.array(range(10), pa.int64())}), tmp_path / "ten.parquet")
     runner = CliRunner()
-    assert runner.invoke(app, ["ingest", "--table", TABLE, "--warehouse", str(env), str(tmp_path / "ten.parquet")]).exit_code == 0
+    assert (
+        runner.invoke(
+            app, ["ingest", "--table", TABLE, "--warehouse", str(env), str(tmp_path / "ten.parquet")]
+        ).exit_code
+        == 0
+    )
     # Coverage claiming rows the table never received: read-back must say so and fail.
     with CoverageStore(env / "_zerobus" / "coverage.sqlite", TABLE) as store:
         store.record(CoverageKey(DEFAULT_SINK_ID, "ten.parquet", ""), OffsetRange(10, 15))
-    failed = runner.invoke(app, ["readback", "--table", TABLE, "--warehouse", str(env), "--wait", "30", "--json"])
+    failed = runner.invoke(
+        app, ["readback", "--table", TABLE, "--warehouse", str(env), "--wait", "30", "--json"]
+    )
     assert failed.exit_code == 1, failed.output
     report = _json(failed.stdout)
     assert report["verified"] is False

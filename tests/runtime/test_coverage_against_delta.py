@@ -62,7 +62,9 @@ def test_coverage_never_leads_delta_under_concurrent_writes(tmp_path: Path) -> N
         while any(w.is_alive() for w in writers) or samples < 3:
             covered = runtime.coverage_map(TABLE)  # snapshot before the table is read
             runtime.delta_version(TABLE)  # the emulator commits everything it acknowledged
-            rows = DeltaTable(table_uri(runtime.config.warehouse, TABLE)).to_pyarrow_table(columns=[SOURCE, OFFSET])
+            rows = DeltaTable(table_uri(runtime.config.warehouse, TABLE)).to_pyarrow_table(
+                columns=[SOURCE, OFFSET]
+            )
             for key, spans in covered.items():
                 present = rows.filter(pc.equal(rows[SOURCE], key.source)).column(OFFSET).combine_chunks()
                 assert not _missing(spans, present), f"coverage leads Delta for {key}"
@@ -82,7 +84,13 @@ def test_a_killed_writer_resumes_sending_only_the_gaps(tmp_path: Path) -> None:
     warehouse = tmp_path / "wh"
     rows, batch_rows = 400_000, 2_000
     writer = subprocess.Popen(
-        [sys.executable, str(Path(__file__).parent / "killed_writer.py"), str(warehouse), str(rows), str(batch_rows)],
+        [
+            sys.executable,
+            str(Path(__file__).parent / "killed_writer.py"),
+            str(warehouse),
+            str(rows),
+            str(batch_rows),
+        ],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},

@@ -75,7 +75,10 @@ def test_partitions_of_one_source_stay_apart(runtime: ZerobusRuntime) -> None:
     runtime.write(TABLE, orders(100), source="orders", partition="a")
     runtime.write(TABLE, orders(100), source="orders", partition="b")
     landed = delta_rows(runtime)
-    assert sorted(set(landed.column(SOURCE).to_pylist())) == [source_tag("orders", "a"), source_tag("orders", "b")]
+    assert sorted(set(landed.column(SOURCE).to_pylist())) == [
+        source_tag("orders", "a"),
+        source_tag("orders", "b"),
+    ]
     report = runtime.readback(TABLE, source="orders")
     assert report.verified and report.duplicate_count == 0 and report.rows_scanned == 200
     only_a = runtime.read_back(TABLE, source="orders", partition="a")
