@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
 from pydantic import SecretStr
 
-from zerobus_orchestration.catalog.base import Access, DesiredTable
+from zerobus_orchestration.catalog.base import Access, DesiredTable, TableState
 from zerobus_orchestration.catalog.unity import (
     StatementFailedError,
     StatementPolling,
@@ -363,3 +364,56 @@ def test_visibility_probe_follows_uniform_conversion_for_read_back(
         wait_for_delta_version(probe, TABLE, written, fast)
     fake_uc.convert_uniform(TABLE)
     assert wait_for_delta_version(probe, TABLE, written, fast).delta_version == written
+
+
+def _another_producer_acts_after_our_describe(
+    unity: UnityCatalog, monkeypatch: pytest.MonkeyPatch, act: Callable[[], None]
+) -> None:
+    """``unity``'s next describe reads the table, then ``act`` (another producer) changes it: a race."""
+    real_describe = unity.describe
+    raced: list[bool] = []
+
+    def describe_then_lose_the_race(table: str) -> TableState | None:
+        state = real_describe(table)
+        if not raced:
+            raced.append(True)
+            act()
+        return state
+
+    monkeypatch.setattr(unity, "describe", describe_then_lose_the_race)
+
+
+def test_losing_an_add_column_race_re_plans_and_converges(
+    unity: UnityCatalog, fake_uc: FakeUnityCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unity.reconcile(TABLE, desired())
+    wanted = desired(pa.field("amount", pa.float64()), pa.field("note", pa.string()))
+    _another_producer_acts_after_our_describe(
+        unity, monkeypatch, lambda: fake_uc.execute_sql(f"ALTER TABLE {TABLE} ADD COLUMNS (amount DOUBLE)")
+    )
+    outcome = unity.reconcile(TABLE, wanted)
+    assert [s.kind for s in outcome.plan.steps] == ["add_column"]  # only `note` was left to add
+    assert {"amount", "note"} <= {c.name for c in outcome.state.columns}
+    assert unity.plan(TABLE, wanted).empty
+
+
+def test_a_failure_that_is_not_a_race_is_not_retried(unity: UnityCatalog, fake_uc: FakeUnityCatalog) -> None:
+    unity.reconcile(TABLE, desired())
+    fake_uc.fail_next_statement("INTERNAL_ERROR", "warehouse lost", matching="ADD COLUMNS")
+    with pytest.raises(StatementFailedError, match="warehouse lost"):
+        unity.reconcile(TABLE, desired(pa.field("amount", pa.float64())))
+    state = unity.describe(TABLE)
+    assert state is not None and state.column("amount") is None  # one attempt, no silent retry
+
+
+def test_losing_a_create_race_converges_on_the_table_the_other_producer_made(
+    unity: UnityCatalog, fake_uc: FakeUnityCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The other producer creates the table with fewer columns; our CREATE ... IF NOT EXISTS is a no-op.
+    _another_producer_acts_after_our_describe(
+        unity, monkeypatch, lambda: fake_uc.execute_sql(f"CREATE TABLE {TABLE} (id BIGINT NOT NULL)")
+    )
+    outcome = unity.reconcile(TABLE, desired())
+    assert outcome.state.column("name") is not None and outcome.state.role is Role.PRIMARY_RAW
+    assert unity.plan(TABLE, desired()).empty
+    assert unmet(check_primary_raw(unity, TABLE)) == []

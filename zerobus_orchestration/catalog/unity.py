@@ -109,6 +109,26 @@ class StatementFailedError(CatalogError):
         self.executed = tuple(executed)
 
 
+# Error classes that mean someone else changed the table between our describe and our statement.
+_RACE_ERROR_CLASSES = frozenset(
+    {
+        "TABLE_OR_VIEW_ALREADY_EXISTS",
+        "COLUMN_ALREADY_EXISTS",
+        "FIELD_ALREADY_EXISTS",
+        "FIELDS_ALREADY_EXISTS",
+        "DELTA_DUPLICATE_COLUMNS_FOUND",
+        "DELTA_METADATA_CHANGED",
+        "DELTA_PROTOCOL_CHANGED",
+    }
+)
+
+
+def lost_a_race(failure: StatementFailedError) -> bool:
+    """Whether ``failure`` says another writer got to the table first (worth one re-plan)."""
+    error_class = (failure.sql_error_class or "").split(".")[0]
+    return error_class in _RACE_ERROR_CLASSES or error_class.startswith("DELTA_CONCURRENT_")
+
+
 @dataclass(frozen=True)
 class UniformStatus:
     """Unity Catalog's record of the asynchronous Iceberg conversion (``delta_uniform_iceberg``)."""
@@ -285,6 +305,22 @@ class UnityCatalog:
         return self._statements(table, live, steps)
 
     def reconcile(self, table: str, desired: DesiredTable) -> ReconcileOutcome:
+        try:
+            outcome = self._reconcile_once(table, desired)
+        except StatementFailedError as failure:
+            if not lost_a_race(failure):
+                raise
+            # Another producer created or evolved the table between our describe and our DDL (two
+            # writers adding one column: ours fails FIELDS_ALREADY_EXISTS). Re-plan against what is
+            # there now, once; a second failure is real and propagates.
+            return self._reconcile_once(table, desired)
+        if outcome.plan.creates and not self._plan_against(outcome.state, desired).empty:
+            # CREATE TABLE IF NOT EXISTS is a silent no-op when another producer created the table
+            # first, perhaps with fewer columns: converge on the table that is really there.
+            return self._reconcile_once(table, desired)
+        return outcome
+
+    def _reconcile_once(self, table: str, desired: DesiredTable) -> ReconcileOutcome:
         name = TableName.parse(table)
         live, steps = self._plan(table, desired)
         statements = self._statements(table, live, steps)  # raises PlanRefusedError before anything runs
@@ -300,10 +336,13 @@ class UnityCatalog:
         name = TableName.parse(table)
         if TableName.parse(desired.name) != name:
             raise CatalogError(f"reconcile of {name}: the desired table is {desired.name}")
+        live = self.describe(table)
+        return live, self._plan_against(live, desired)
+
+    def _plan_against(self, live: TableState | None, desired: DesiredTable) -> ReconcilePlan:
         if desired.role is Role.PRIMARY_RAW:
             desired = desired.with_properties(primary_raw_properties(real_column_mapping=True))
-        live = self.describe(table)
-        return live, plan(live, desired, allow_widening=desired.allow_widening or self._allow_widening)
+        return plan(live, desired, allow_widening=desired.allow_widening or self._allow_widening)
 
     @staticmethod
     def _statements(table: str, live: TableState | None, steps: ReconcilePlan) -> list[str]:
