@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pyarrow as pa
@@ -9,6 +10,7 @@ import pytest
 from deltalake import DeltaTable
 from runtime_helpers import fast_config
 
+from zerobus_orchestration.coverage import CoverageStore
 from zerobus_orchestration.errors import PlanRefusedError, WriteBoundaryError
 from zerobus_orchestration.reserved import OFFSET, SOURCE
 from zerobus_orchestration.runtime import (
@@ -18,6 +20,7 @@ from zerobus_orchestration.runtime import (
     release_runtime,
     source_tag,
 )
+from zerobus_orchestration.sink import CoverageNotRecordedError
 from zerobus_orchestration.tables import table_uri
 
 TABLE = "main.raw.orders"
@@ -172,3 +175,28 @@ def test_writes_share_the_table_s_long_lived_streams(runtime: ZerobusRuntime) ->
     second.flush()
     assert runtime.emulator.open_streams(TABLE) == first.pool.size  # the streams stayed open, not re-made
     assert delta_rows(runtime).num_rows == 300
+
+
+def test_a_failed_coverage_record_fails_the_write_naming_the_fix(
+    runtime: ZerobusRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows that land without their coverage record must not pass as a clean write.
+
+    The store fails (as a full disk would); the official SDK still delivers through the emulator. The
+    write raises, the rows are in Delta all the same, and read-back counts them outside coverage.
+    """
+    runtime.write(TABLE, orders(10), source="orders")  # opens the store and the streams first
+
+    def disk_full(self: CoverageStore, items: object) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(CoverageStore, "record_many", disk_full)
+    with pytest.raises(CoverageNotRecordedError) as failure:
+        runtime.write(TABLE, orders(110), source="orders")  # the replay: positions 10..109 are new
+    message = str(failure.value)
+    assert TABLE in message and "database or disk is full" in message
+    assert "zerobus.coverage.location" in message
+    monkeypatch.undo()
+    assert delta_rows(runtime).num_rows == 110  # delivered all the same
+    report = runtime.readback(TABLE, source="orders")
+    assert report.rows_outside_coverage == 100 and report.duplicate_count == 0

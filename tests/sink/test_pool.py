@@ -22,7 +22,13 @@ from zerobus_orchestration.errors import (
 )
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import OffsetRange
-from zerobus_orchestration.sink import DeliveryFailedError, StreamPool, SubmitFailedError, ZerobusSink
+from zerobus_orchestration.sink import (
+    CoverageNotRecordedError,
+    DeliveryFailedError,
+    StreamPool,
+    SubmitFailedError,
+    ZerobusSink,
+)
 from zerobus_orchestration.sink.confirmation import NoConfirm
 from zerobus_orchestration.sink.pool import POISONED_SUBMIT_ATTEMPTS, backoff_ceiling, stable_index
 from zerobus_orchestration.transport.memory import FaultPlan, LatencyModel, MemoryStream, MemoryTransport
@@ -285,14 +291,21 @@ class FailingRecorder(CountingRecorder):
         raise OSError("coverage store unavailable")
 
 
-def test_a_failed_coverage_record_makes_the_pool_unhealthy(metrics: SinkMetrics) -> None:
-    """Durable but unrecorded rows are lost coverage: health must not call that pool healthy."""
+def test_a_failed_coverage_record_fails_the_write_and_the_pool_health(metrics: SinkMetrics) -> None:
+    """Durable but unrecorded rows are lost coverage: the flush says so and health is not healthy."""
     pool, sink = make(MemoryTransport(), metrics, FailingRecorder())
     for i in range(4):
         sink.push(rows(i, 1))
-    sink.flush()
+    with pytest.raises(CoverageNotRecordedError) as failure:
+        sink.flush()
+    message = str(failure.value)
+    assert "4 batch(es)" in message and "coverage store unavailable" in message
+    assert TABLE in message and "zerobus.coverage.location" in message
+    later = ZerobusSink(pool, source="later", confirm=False)  # a later write is not failed for it
+    later.push(rows(10, 1))
+    later.flush()
     health = pool.health()
-    assert health.delivered == 4 and health.confirm_errors == 4
+    assert health.delivered == 5 and health.confirm_errors == 4
     assert not health.healthy and health.as_dict()["confirm_errors"] == 4
     pool.close()
 

@@ -14,6 +14,7 @@ from zerobus_orchestration.sink.confirmation import (
 from zerobus_orchestration.sink.gate import SchemaGate
 from zerobus_orchestration.sink.health import PoolHealth, StreamHealth
 from zerobus_orchestration.sink.pool import (
+    CoverageNotRecordedError,
     DeliveryFailedError,
     PoolUnavailableError,
     StreamPool,
@@ -27,6 +28,7 @@ __all__ = [
     "CommitInfo",
     "Confirmation",
     "ConfirmationLaneError",
+    "CoverageNotRecordedError",
     "DeliveryFailedError",
     "DerivedCoverage",
     "LaneKind",

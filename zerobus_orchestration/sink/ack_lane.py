@@ -113,6 +113,7 @@ class AckLane:
         self.bursts = 0
         self.retries = 0
         self.confirm_errors = 0
+        self.last_confirm_error: str | None = None
         self.error: BaseException | None = None
         self.error_class: ErrorClass | None = None
         self._thread = threading.Thread(
@@ -321,6 +322,7 @@ class AckLane:
             failure = exc
             recorded = [item for item in burst if not isinstance(item.confirmation, NoConfirm)]
             self.confirm_errors += len(recorded)
+            self.last_confirm_error = f"{type(exc).__name__}: {exc}"
             log.error(
                 "ack lane %s: recording %d range(s) (%s .. %s) failed: %s",
                 self._telemetry.stream_label,

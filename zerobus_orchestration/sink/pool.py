@@ -54,6 +54,10 @@ class DeliveryFailedError(ZerobusOrchestrationError, RuntimeError):
     """Some batches could not be delivered (their stream failed beyond repair); coverage excludes them."""
 
 
+class CoverageNotRecordedError(ZerobusOrchestrationError, RuntimeError):
+    """Batches were delivered durably, but recording their coverage failed: a resume would re-send them."""
+
+
 class SubmitFailedError(ZerobusOrchestrationError, RuntimeError):
     """Fresh streams kept refusing one batch at submit; retrying it would only open more streams."""
 
@@ -100,6 +104,7 @@ class _Member:
     rebuilds: int = 0
     retries_base: int = 0
     confirm_errors_base: int = 0
+    last_confirm_error: str | None = None
     failed_batches: int = 0
     abandoned_seqs: int = 0
     """Seqs skipped by re-opens after failures: their batches failed (``failed_batches``), never delivered."""
@@ -524,6 +529,7 @@ class StreamPool:
             member.rows_delivered_base += lane.rows_delivered
             member.retries_base += lane.retries
             member.confirm_errors_base += lane.confirm_errors
+            member.last_confirm_error = lane.last_confirm_error or member.last_confirm_error
             member.resubmit = sorted([*member.resubmit, *kept], key=lambda item: item.seq)
             member.lane = None
             member.stream = None
@@ -696,12 +702,35 @@ class StreamPool:
         """Batches lost with members that failed beyond repair, over the pool's life."""
         return sum(m.failed_batches for m in self._members)
 
-    def flush(self, timeout: float | None = None, *, failed_before: int = 0) -> None:
+    @property
+    def confirm_errors(self) -> int:
+        """Batches delivered durably whose coverage record failed, over the pool's life."""
+        return sum(
+            m.confirm_errors_base + (m.lane.confirm_errors if m.lane is not None else 0)
+            for m in self._members
+        )
+
+    @property
+    def last_confirm_error(self) -> str | None:
+        """The most recent coverage-record failure of any stream, as text (for error messages)."""
+        errors = [m.lane.last_confirm_error for m in self._members if m.lane is not None]
+        errors += [m.last_confirm_error for m in self._members]
+        return next((e for e in errors if e is not None), None)
+
+    def flush(
+        self,
+        timeout: float | None = None,
+        *,
+        failed_before: int = 0,
+        unrecorded_before: int | None = None,
+    ) -> None:
         """Wait until every submitted batch is durable and confirmed (through rebuilds).
 
         Raises ``DeliveryFailedError`` if more than ``failed_before`` batches were lost with members that
         failed beyond repair. A sink passes the count it saw when it started, so a write is not failed
-        for batches an earlier write lost: the pool outlives every sink.
+        for batches an earlier write lost: the pool outlives every sink. Likewise, given
+        ``unrecorded_before``, raises ``CoverageNotRecordedError`` if more batches than that were
+        delivered without their coverage being recorded.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         for member in self._members:
@@ -725,6 +754,14 @@ class StreamPool:
         if failed > 0:
             errors = "; ".join(f"stream {m.index}: {m.fatal}" for m in self._members if m.failed_batches)
             raise DeliveryFailedError(f"{self.table}: {failed} batch(es) were not delivered ({errors})")
+        unrecorded = 0 if unrecorded_before is None else self.confirm_errors - unrecorded_before
+        if unrecorded > 0:
+            raise CoverageNotRecordedError(
+                f"{self.table}: {unrecorded} batch(es) reached the table durably, but recording their "
+                f"coverage failed ({self.last_confirm_error}). The rows are in the table; a resume would "
+                "send them again. Fix: make the coverage store writable (zerobus.coverage.location), "
+                "then run read-back to list the rows outside coverage"
+            )
 
     def close(self, timeout: float | None = None) -> None:
         """Graceful drain: stop accepting, confirm everything outstanding, then close every stream."""
@@ -785,10 +822,7 @@ class StreamPool:
                 )
             )
         retries = sum(m.retries_base + (m.lane.retries if m.lane is not None else 0) for m in self._members)
-        confirm_errors = sum(
-            m.confirm_errors_base + (m.lane.confirm_errors if m.lane is not None else 0)
-            for m in self._members
-        )
+        confirm_errors = self.confirm_errors
         return PoolHealth(
             table=self.table,
             lane=str(self.lane_kind),

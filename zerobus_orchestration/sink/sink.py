@@ -140,6 +140,7 @@ class ZerobusSink:
         self.max_batch_rows = max_batch_rows
         self._owns_pool = owns_pool
         self._failed_before = pool.failed_batches  # losses of earlier writes are not this sink's
+        self._unrecorded_before = pool.confirm_errors  # nor are their coverage-record failures
         self._lock = threading.Lock()
         self._next_offset = start_offset
         self._last_schema: pa.Schema | None = None
@@ -235,7 +236,7 @@ class ZerobusSink:
 
     def flush(self, timeout: float | None = None) -> None:
         """Block until everything submitted is durable and confirmed (shutdown, checkpoints)."""
-        self.pool.flush(timeout, failed_before=self._failed_before)
+        self.pool.flush(timeout, failed_before=self._failed_before, unrecorded_before=self._unrecorded_before)
 
     def close(self, timeout: float | None = None) -> None:
         """Stop accepting and drain to durable; closes the pool too if this sink owns it."""
@@ -246,7 +247,9 @@ class ZerobusSink:
         if self._owns_pool:
             self.pool.close(timeout)
         else:
-            self.pool.flush(timeout, failed_before=self._failed_before)
+            self.pool.flush(
+                timeout, failed_before=self._failed_before, unrecorded_before=self._unrecorded_before
+            )
 
     def health(self) -> PoolHealth:
         return self.pool.health()
