@@ -65,6 +65,12 @@ class PoolConfig(_Model):
     open_backoff_initial_s: float = Field(0.5, gt=0, description="First backoff after a concurrency reject.")
     open_backoff_max_s: float = Field(30.0, gt=0, description="Backoff ceiling after concurrency rejects.")
     transient_retries: int = Field(5, ge=0, description="Ack-lane retries of a transient wait failure.")
+    poisoned_submit_attempts: int = Field(
+        3,
+        ge=1,
+        description="Submits of one batch that may poison a stream (each costs a rebuild) before the "
+        "batch is refused with SubmitFailedError; bounded so one bad batch cannot cause a reopen storm.",
+    )
     failed_member_cooldown_s: float = Field(
         30.0,
         gt=0,

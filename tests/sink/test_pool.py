@@ -30,7 +30,7 @@ from zerobus_orchestration.sink import (
     ZerobusSink,
 )
 from zerobus_orchestration.sink.confirmation import NoConfirm
-from zerobus_orchestration.sink.pool import POISONED_SUBMIT_ATTEMPTS, backoff_ceiling, stable_index
+from zerobus_orchestration.sink.pool import backoff_ceiling, stable_index
 from zerobus_orchestration.transport.memory import FaultPlan, LatencyModel, MemoryStream, MemoryTransport
 
 
@@ -377,24 +377,32 @@ def test_a_batch_that_poisons_every_stream_at_submit_is_refused_after_bounded_re
 ) -> None:
     recorder = CountingRecorder()
     transport = PoisonOnSubmit(latency=LatencyModel(base_s=0.001))
-    pool, sink = make(transport, metrics, recorder, open_backoff_initial_s=0.01, open_backoff_max_s=0.02)
+    attempts = 2  # pool.poisoned_submit_attempts (default 3)
+    pool, sink = make(
+        transport,
+        metrics,
+        recorder,
+        open_backoff_initial_s=0.01,
+        open_backoff_max_s=0.02,
+        poisoned_submit_attempts=attempts,
+    )
     sink.push(rows(0, 3))
     sink.flush()
     opens_before = transport.open_attempts
-    with pytest.raises(SubmitFailedError, match=rf"{TABLE}: submitting one batch poisoned 3 stream"):
+    with pytest.raises(SubmitFailedError, match=rf"{TABLE}: submitting one batch poisoned 2 stream"):
         sink.push(pa.record_batch({"v": pa.array([7, -1], pa.int64())}))
     # One rebuild per poisoned attempt (the supervisor does the last one in the background), bounded,
     # each counted in health and in the metrics.
-    wait_for(lambda: pool.health().rebuilds == POISONED_SUBMIT_ATTEMPTS)
+    wait_for(lambda: pool.health().rebuilds == attempts)
     time.sleep(0.1)  # room for a storm to show, if there were one
-    assert transport.open_attempts - opens_before == POISONED_SUBMIT_ATTEMPTS
+    assert transport.open_attempts - opens_before == attempts
     health = pool.health()
-    assert health.rebuilds == POISONED_SUBMIT_ATTEMPTS
+    assert health.rebuilds == attempts
     rebuild_samples = [
         metrics.sample("zerobus_stream_rebuilds_total", {"table": TABLE, "stream": str(i)}) or 0
         for i in range(pool.size)
     ]
-    assert sum(rebuild_samples) == POISONED_SUBMIT_ATTEMPTS
+    assert sum(rebuild_samples) == attempts
     sink.push(rows(10, 3))  # the pool keeps serving other batches
     sink.flush()
     assert recorder.covered() == 6 and health.failed_batches == 0

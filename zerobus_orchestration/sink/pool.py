@@ -62,8 +62,6 @@ class SubmitFailedError(ZerobusOrchestrationError, RuntimeError):
     """Fresh streams kept refusing one batch at submit; retrying it would only open more streams."""
 
 
-POISONED_SUBMIT_ATTEMPTS = 3
-"""Submits of one batch that may poison a stream before it is refused (each costs a stream rebuild)."""
 _FULL_CHANNEL_RESELECT_S = 0.005
 """How long an unkeyed pusher waits on one full channel before looking for room on the others."""
 _MAX_BACKOFF_DOUBLINGS = 62  # 2.0 ** n overflows a float past ~1023; the ceiling caps the delay long before
@@ -328,12 +326,12 @@ class StreamPool:
         """Bound what one batch that keeps poisoning streams at submit can cost.
 
         Each poisoned submit rebuilds a stream, so an unbounded retry is a reopen storm. The batch gets
-        ``POISONED_SUBMIT_ATTEMPTS`` tries within ``rebuild_budget_s``, spaced by the open backoff
+        ``pool.poisoned_submit_attempts`` tries within ``rebuild_budget_s``, spaced by the open backoff
         (jittered); then it is refused loudly while the pool keeps serving other batches.
         """
         cfg = self.config
         elapsed = time.monotonic() - since
-        if attempts >= POISONED_SUBMIT_ATTEMPTS or elapsed >= cfg.rebuild_budget_s:
+        if attempts >= cfg.poisoned_submit_attempts or elapsed >= cfg.rebuild_budget_s:
             raise SubmitFailedError(
                 f"{self.table}: submitting one batch poisoned {attempts} stream(s) in {elapsed:.2f}s "
                 f"(last error: {error}); not retried further, so as not to reopen streams in a loop. "
@@ -346,7 +344,7 @@ class StreamPool:
             "%s: submit poisoned a stream (%d of %d attempts for this batch), retry in %.2fs: %s",
             self.table,
             attempts,
-            POISONED_SUBMIT_ATTEMPTS,
+            cfg.poisoned_submit_attempts,
             delay,
             error,
         )
