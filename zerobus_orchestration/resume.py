@@ -1,9 +1,9 @@
 """Resume a write: from a re-run's input, keep only the rows coverage says were never delivered.
 
 Pure and streaming: batches are pulled one at a time and every yielded batch is a zero-copy slice of
-an input batch, so memory stays bounded by one input batch whatever the input's length. The sink's
-``resume(source, partition)`` feeds this ``CoverageStore.covered_by_source(source, partition)`` (the
-union across sinks) and submits each slice stamping ``_twg_offset`` from the slice's start offset.
+an input batch, so memory stays bounded by one input batch whatever the input's length.
+``ZerobusRuntime.write(..., resume=True)`` (the default) feeds this the coverage of (source, partition)
+and pushes each slice at its start offset, so ``_twg_offset`` keeps every row's original position.
 
 Two ways to know a row's position:
 

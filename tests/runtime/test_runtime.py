@@ -200,3 +200,30 @@ def test_a_failed_coverage_record_fails_the_write_naming_the_fix(
     assert delta_rows(runtime).num_rows == 110  # delivered all the same
     report = runtime.readback(TABLE, source="orders")
     assert report.rows_outside_coverage == 100 and report.duplicate_count == 0
+
+
+def test_kafka_style_offsets_with_gaps_resume_and_read_back_exactly(runtime: ZerobusRuntime) -> None:
+    """A declared offset column with gaps, through the official SDK, Delta and Iceberg read-back.
+
+    The first attempt stops part-way; the retry replays the whole topic slice and sends only the
+    offsets coverage lacks. Read-back must not look for the offsets that never existed.
+    """
+    offsets = [o for o in range(1_000, 4_000) if o % 7 != 3]  # compaction left a gap every 7 offsets
+    topic = pa.table(
+        {
+            "kafka_offset": pa.array(offsets, pa.int64()),
+            "payload": pa.array([f"m{o}" for o in offsets]),
+        }
+    )
+    first = runtime.write(TABLE, topic.slice(0, 1_500), source="topic", offset_column="kafka_offset")
+    assert first.rows_written == 1_500
+    retry = runtime.write(
+        TABLE, topic.to_reader(max_chunksize=400), source="topic", offset_column="kafka_offset"
+    )
+    assert (retry.rows_written, retry.rows_skipped) == (len(offsets) - 1_500, 1_500)
+    landed = delta_rows(runtime)
+    assert sorted(landed.column(OFFSET).to_pylist()) == offsets  # each offset once, no gap filled
+    covered = runtime.covered(TABLE, source="topic")
+    assert sum(len(r) for r in covered) == len(offsets) and covered[0].start == 1_000
+    report = runtime.readback(TABLE, source="topic")
+    assert report.verified and report.missing_ranges == () and report.duplicate_count == 0

@@ -60,20 +60,35 @@ def test_stamps_reserved_columns_and_anchors_exact_row_positions(metrics: SinkMe
     pool.close()
 
 
-def test_declared_offset_column_drives_positions_and_gaps_fail_before_sending(metrics: SinkMetrics) -> None:
+def test_declared_offset_column_drives_positions_and_its_gaps_stay_out_of_coverage(
+    metrics: SinkMetrics,
+) -> None:
+    """Kafka-style offsets have gaps (compaction, transaction markers) and may arrive in any order.
+
+    Coverage must record exactly the positions that were sent: a gap recorded as covered would make
+    read-back look for rows that never existed, and a resume skip positions never delivered.
+    """
     recorder = CountingRecorder()
     transport = MemoryTransport()
     pool = make_pool(transport, metrics, recorder)
     sink = ZerobusSink(pool, source="s", offset_column="pos")
     sink.send(pa.record_batch({"pos": pa.array([7, 8, 9], pa.int32()), "v": ["a", "b", "c"]}))
-    with pytest.raises(ValueError, match=r"main\.raw\.events: offset column 'pos' must hold contiguous"):
-        sink.push(pa.record_batch({"pos": pa.array([10, 12], pa.int32()), "v": ["d", "e"]}))
+    sink.push(pa.record_batch({"pos": pa.array([14, 10, 12, 15], pa.int32()), "v": ["d", "e", "f", "g"]}))
     with pytest.raises(ValueError, match="declared offset column 'pos' is missing"):
         sink.push(pa.record_batch({"v": ["x"]}))
+    with pytest.raises(ValueError, match=r"main\.raw\.events: offset column 'pos' holds a negative position"):
+        sink.push(pa.record_batch({"pos": pa.array([20, -1], pa.int32()), "v": ["y", "z"]}))
     sink.flush()
-    assert transport.durable_table(TABLE).column(OFFSET).to_pylist() == [7, 8, 9]
-    assert recorder.spans() == [OffsetRange(7, 10)]
-    assert sink.finish()[1] == OffsetRange(0, 10)
+    landed = transport.durable_table(TABLE)
+    assert landed.column(OFFSET).to_pylist() == [7, 8, 9, 14, 10, 12, 15]  # the source's own order
+    assert recorder.spans() == [
+        OffsetRange(7, 10),
+        OffsetRange(10, 11),
+        OffsetRange(12, 13),
+        OffsetRange(14, 16),
+    ]
+    assert recorder.covered() == 7
+    assert sink.finish()[1] == OffsetRange(0, 16)
     pool.close()
 
 
@@ -313,14 +328,15 @@ def test_large_batches_are_stamped_with_exact_positions_and_source(
     pool.close()
 
 
-def test_offset_column_check_catches_one_gap_deep_in_a_large_batch(metrics: SinkMetrics) -> None:
-    pool = make_pool(MemoryTransport(), metrics)
+def test_offset_column_gap_deep_in_a_large_batch_splits_only_its_coverage(metrics: SinkMetrics) -> None:
+    recorder = CountingRecorder()
+    pool = make_pool(MemoryTransport(), metrics, recorder)
     sink = ZerobusSink(pool, source="s", offset_column="pos")
     positions = list(range(10, 20_010))
-    positions[15_000] += 1
-    with pytest.raises(ValueError, match="must hold contiguous ascending row positions"):
-        sink.push(pa.record_batch({"pos": pa.array(positions, pa.int64())}))
-    sink.push(pa.record_batch({"pos": pa.array(range(10, 20_010), pa.int64())}))
+    positions[15_000:] = [p + 1 for p in positions[15_000:]]  # offset 15_010 never existed
+    receipts = sink.send(pa.record_batch({"pos": pa.array(positions, pa.int64())}))
     sink.flush()
+    assert len(receipts) == 1 and receipts[0].span == OffsetRange(10, 20_011)  # one batch, one submit
+    assert recorder.spans() == [OffsetRange(10, 15_010), OffsetRange(15_011, 20_011)]
     assert pool.health().rows_delivered == 20_000
     pool.close()

@@ -26,18 +26,35 @@ class LaneKind(StrEnum):
 
 @dataclass(frozen=True)
 class RawAnchor:
-    """Row positions ``span`` of ``key`` in the primary raw table; recorded only after the durable ack."""
+    """Row positions ``span`` of ``key`` in the primary raw table; recorded only after the durable ack.
+
+    ``runs``: when the batch's positions have gaps (a declared offset column, e.g. Kafka offsets), the
+    disjoint ranges it really holds; ``span`` is then their envelope and only ``runs`` are recorded.
+    """
 
     key: CoverageKey
     span: OffsetRange
+    runs: tuple[OffsetRange, ...] | None = None
+
+    def ranges(self) -> tuple[OffsetRange, ...]:
+        """What recording this confirmation adds to coverage."""
+        return (self.span,) if self.runs is None else self.runs
 
 
 @dataclass(frozen=True)
 class DerivedCoverage:
-    """Coverage of a derived table: ``span`` of ``key`` (the upstream write it was derived from)."""
+    """Coverage of a derived table: ``span`` of ``key`` (the upstream write it was derived from).
+
+    ``runs``: as for ``RawAnchor``, the exact ranges when the positions have gaps.
+    """
 
     key: CoverageKey
     span: OffsetRange
+    runs: tuple[OffsetRange, ...] | None = None
+
+    def ranges(self) -> tuple[OffsetRange, ...]:
+        """What recording this confirmation adds to coverage."""
+        return (self.span,) if self.runs is None else self.runs
 
 
 @dataclass(frozen=True)
@@ -127,7 +144,7 @@ def fire_all(confirmations: Sequence[Confirmation], recorder: CoverageRecorder |
     order given. Called only by an ack lane, only after the burst's durable acknowledgement."""
     if recorder is None:
         return
-    items = [(c.key, c.span) for c in confirmations if not isinstance(c, NoConfirm)]
+    items = [(c.key, span) for c in confirmations if not isinstance(c, NoConfirm) for span in c.ranges()]
     if items:
         recorder.record_many(items)
 

@@ -16,11 +16,10 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from zerobus_orchestration.errors import SinkClosedError
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
@@ -79,6 +78,7 @@ class Receipt:
 class _Prepared:
     batch: pa.RecordBatch
     span: OffsetRange
+    runs: tuple[OffsetRange, ...] | None  # the exact ranges when the batch's positions have gaps
     nbytes: int  # measured once; ``RecordBatch.nbytes`` walks every buffer
     claimed_from: int  # ``_next_offset`` before this batch claimed its positions (see ``_unclaim``)
 
@@ -89,7 +89,8 @@ class ZerobusSink:
     ``pool``: the table's ``StreamPool`` (``ZerobusRuntime.sink`` hands out the process's long-lived one).
     ``source`` / ``partition``: stamped into ``_twg_source`` and the coverage key.
     ``start_offset``: row position of the first row (``_twg_offset``), unless ``offset_column`` names a
-    column that already holds contiguous row positions. ``ordering_key``: pin every batch of this
+    column that already holds each row's position (non-negative; gaps and any order allowed, e.g. Kafka
+    offsets: coverage then records exactly the positions sent). ``ordering_key``: pin every batch of this
     sink to one stream so its order is kept. ``gate``: the catalog's schema gate.
     ``lane``: the confirmation kind this sink produces; must match the pool's lane.
     ``confirm``: False sends ``NoConfirm`` (nothing recorded, receipts still resolve).
@@ -184,7 +185,7 @@ class ZerobusSink:
         try:
             return self.pool.submit(
                 prepared.batch,
-                self._confirmation(prepared.span),
+                self._confirmation(prepared.span, prepared.runs),
                 key=key or self.ordering_key,
                 future=future,
                 nbytes=prepared.nbytes,
@@ -276,12 +277,12 @@ class ZerobusSink:
 
     # -- internals ----------------------------------------------------------------------------------
 
-    def _confirmation(self, span: OffsetRange) -> Confirmation:
+    def _confirmation(self, span: OffsetRange, runs: tuple[OffsetRange, ...] | None) -> Confirmation:
         if not self.confirm:
             return NoConfirm()
         if self.lane is LaneKind.RAW:
-            return RawAnchor(self.key, span)
-        return DerivedCoverage(self.key, span)
+            return RawAnchor(self.key, span, runs)
+        return DerivedCoverage(self.key, span, runs)
 
     def _batches_of(self, data: ArrowInput) -> Iterator[pa.RecordBatch]:
         if isinstance(data, pa.RecordBatch):
@@ -317,7 +318,7 @@ class ZerobusSink:
                 raise SinkClosedError(
                     f"{self.table}: push after close() on sink {self.sink_id}/{self.source}"
                 )
-            span = self._span_of(batch, at)
+            span, runs = self._span_of(batch, at)
             stamped = self._stamp(batch, span, emit_ts)
             if self.gate is not None:
                 if self._last_schema is None or not stamped.schema.equals(self._last_schema):
@@ -334,12 +335,15 @@ class ZerobusSink:
             self._batches += 1
             self._rows += stamped.num_rows
             self._bytes += nbytes
-        return _Prepared(stamped, span, nbytes, claimed_from)
+        return _Prepared(stamped, span, runs, nbytes, claimed_from)
 
-    def _span_of(self, batch: pa.RecordBatch, at: int | None) -> OffsetRange:
+    def _span_of(
+        self, batch: pa.RecordBatch, at: int | None
+    ) -> tuple[OffsetRange, tuple[OffsetRange, ...] | None]:
+        """The batch's position span, and its exact runs when a declared offset column has gaps."""
         if self.offset_column is None:
             first = self._next_offset if at is None else at
-            return OffsetRange(first, first + batch.num_rows)
+            return OffsetRange(first, first + batch.num_rows), None
         column = self.offset_column
         if column not in batch.schema.names:
             raise ValueError(
@@ -353,15 +357,23 @@ class ZerobusSink:
                 f"got {values.type} "
                 f"with {values.null_count} null(s); fix: fill it with row positions"
             )
-        offsets = values.cast(pa.int64())
-        first = offsets[0].as_py()
-        if first < 0 or not pc.all(pc.equal(offsets, _positions(first, len(offsets)))).as_py():
+        offsets = values.cast(pa.int64()).to_numpy()
+        lowest = int(offsets.min())
+        if lowest < 0:
             raise ValueError(
-                f"{self.table}: offset column {column!r} must hold contiguous ascending row positions "
-                f"starting at >= 0 within one batch (first {first}); fix: sort and de-duplicate it, or split "
-                "the batch at gaps"
+                f"{self.table}: offset column {column!r} holds a negative position ({lowest}); "
+                "fix: positions are non-negative row offsets, as Kafka offsets are"
             )
-        return OffsetRange(first, first + len(offsets))
+        if _is_step_one(offsets):  # the common case: one contiguous ascending run
+            return OffsetRange(int(offsets[0]), int(offsets[0]) + len(offsets)), None
+        # Gaps (Kafka offsets after compaction or transaction markers) or any order: record exactly the
+        # positions present, as disjoint runs, so coverage never claims a position this batch lacks.
+        present = np.unique(offsets)
+        breaks = np.flatnonzero(np.diff(present) != 1) + 1
+        runs = tuple(
+            OffsetRange(int(run[0]), int(run[-1]) + 1) for run in np.split(present, breaks) if len(run)
+        )
+        return OffsetRange(runs[0].start, runs[-1].end), runs
 
     def _stamp(self, batch: pa.RecordBatch, span: OffsetRange, emit_ts: dt.datetime) -> pa.RecordBatch:
         n = batch.num_rows
@@ -394,6 +406,11 @@ class ZerobusSink:
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MAX_STRING_DATA = 2**31 - 1  # int32 value offsets of pa.string()
+
+
+def _is_step_one(offsets: np.ndarray[Any, np.dtype[np.int64]]) -> bool:
+    """Whether ``offsets`` ascend by exactly one from row to row."""
+    return bool(np.all(np.diff(offsets) == 1))
 
 
 def _positions(first: int, n: int) -> pa.Array:
