@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import pyarrow as pa
 
 from zerobus_orchestration.catalog.base import DesiredTable, ReconcileOutcome, TableCatalog, TableTags
+from zerobus_orchestration.catalog.commands import absolute_state_dir, absolute_warehouse, catalog_from_config
 from zerobus_orchestration.catalog.gate import CatalogGate
 from zerobus_orchestration.catalog.plan import ReconcilePlan
-from zerobus_orchestration.config import CatalogBackend, Role, ZerobusConfig
+from zerobus_orchestration.config import Role, ZerobusConfig
 from zerobus_orchestration.contracts import ContractDescriptions
 from zerobus_orchestration.coverage import CoverageStore
 from zerobus_orchestration.emulator.handle import EmulatorHandle
@@ -149,7 +150,7 @@ class ZerobusRuntime:
         self._closed = False
         log.info("zerobus runtime starting with %s", config.effective_config())
         try:
-            self.catalog: TableCatalog = _build_catalog(config)
+            self.catalog: TableCatalog = catalog_from_config(config)
             if transport is None and config.embedded:
                 self.emulator = _start_emulator(config, self.credentials)
             self.transport: Transport = transport or _build_transport(config, self.emulator)
@@ -529,18 +530,6 @@ class _RowCounter:
             yield batch
 
 
-def _build_catalog(config: ZerobusConfig) -> TableCatalog:
-    storage = config_storage_options(config)
-    if config.catalog.backend is CatalogBackend.UNITY:
-        from zerobus_orchestration.catalog.unity import UnityCatalog
-
-        return UnityCatalog.from_config(config)
-    from zerobus_orchestration.catalog.local import REGISTRY_FILE, LocalCatalog
-
-    registry = os.path.join(_state_dir(config), REGISTRY_FILE)
-    return LocalCatalog(_absolute(config.warehouse), storage_options=storage, registry_path=registry)
-
-
 def _build_credentials(config: ZerobusConfig) -> CredentialCache | None:
     """The read-back credential cache ``zerobus.credential_vending`` asks for (embedded ``s3://`` only)."""
     if not (config.credential_vending.enabled and config.embedded):
@@ -564,9 +553,10 @@ def start_in_process_emulator(config: ZerobusConfig, credentials: CredentialCach
     from zerobus_orchestration.emulator.iceberg_mirror import ICEBERG_DB_NAME
     from zerobus_orchestration.emulator.server import Emulator
 
-    state = _state_dir(config)  # SQLite and the fsync'd WAL need local disk, even for an s3:// warehouse
+    # SQLite and the fsync'd WAL need local disk, even for an s3:// warehouse.
+    state = absolute_state_dir(config)
     emulator = Emulator(
-        _absolute(config.warehouse),
+        absolute_warehouse(config.warehouse),
         config.emulator,
         storage_options=config_storage_options(config) or None,
         wal_dir=os.path.join(state, "wal"),
@@ -584,15 +574,6 @@ def _build_transport(config: ZerobusConfig, emulator: EmulatorHandle | None) -> 
     if emulator is not None:
         return SdkTransport.from_config(config, endpoint=emulator.endpoint, token_url=emulator.workspace_url)
     return SdkTransport.from_config(config)
-
-
-def _absolute(warehouse: str) -> str:
-    return warehouse if "://" in warehouse else os.path.abspath(warehouse)
-
-
-def _state_dir(config: ZerobusConfig) -> str:
-    """``config.state_path`` made absolute: it is resolved once, against the starting directory."""
-    return os.path.abspath(config.state_path.removeprefix("file://"))
 
 
 # -- the documented per-process registry ------------------------------------------------------------

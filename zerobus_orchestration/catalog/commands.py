@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ import pyarrow as pa
 from zerobus_orchestration.catalog.base import DesiredTable, TableCatalog, TableTags
 from zerobus_orchestration.config import CatalogBackend, Role, ZerobusConfig
 from zerobus_orchestration.errors import ConfigError, PlanRefusedError
+from zerobus_orchestration.storage import config_storage_options
 
 
 @dataclass(frozen=True)
@@ -25,15 +27,31 @@ class CommandResult:
 
 
 def catalog_from_config(cfg: ZerobusConfig) -> TableCatalog:
-    """The configured backend: ``local`` (warehouse folder) or ``unity`` (databricks-sdk)."""
+    """The configured backend: ``local`` (warehouse folder) or ``unity`` (databricks-sdk).
+
+    The one builder: the runtime, ``plan`` and ``check`` all open the same catalog (for ``local``, the
+    registry at ``<state_dir>/catalog.sqlite``, which an ``s3://`` warehouse needs on local disk).
+    """
     if cfg.catalog.backend is CatalogBackend.UNITY:
         from zerobus_orchestration.catalog.unity import UnityCatalog
 
         return UnityCatalog.from_config(cfg)
-    from zerobus_orchestration.catalog.local import LocalCatalog
+    from zerobus_orchestration.catalog.local import REGISTRY_FILE, LocalCatalog
 
-    options = {k: v.get_secret_value() for k, v in cfg.storage_options.items()}
-    return LocalCatalog(cfg.warehouse, storage_options=options)
+    registry = os.path.join(absolute_state_dir(cfg), REGISTRY_FILE)
+    return LocalCatalog(
+        absolute_warehouse(cfg.warehouse), storage_options=config_storage_options(cfg), registry_path=registry
+    )
+
+
+def absolute_warehouse(warehouse: str) -> str:
+    """A local warehouse path made absolute (URIs unchanged): it is resolved once, at start."""
+    return warehouse if "://" in warehouse else os.path.abspath(warehouse)
+
+
+def absolute_state_dir(cfg: ZerobusConfig) -> str:
+    """``cfg.state_path`` made absolute: it is resolved once, against the starting directory."""
+    return os.path.abspath(cfg.state_path.removeprefix("file://"))
 
 
 def read_schema(path: Path) -> pa.Schema:
