@@ -102,3 +102,24 @@ def test_no_knob_waits_per_batch() -> None:
 
     walk(ZerobusConfig)
     assert not [n for n in names if "per_batch" in n or n in {"sync_ack", "wait_each_batch", "inline_ack"}]
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"ZEROBUS_CLIENT_SECRETT": "s3cr3t-value"},  # a mistyped secret is an unknown key
+        {"ZEROBUS_READBACK__TOKENN": "s3cr3t-value"},
+        {"ZEROBUS_CREDENTIAL_VENDING__SECRET_ACCESS_KEY": '["s3cr3t-value"]'},
+        {"ZEROBUS_STORAGE_OPTIONS": "s3cr3t-value"},
+    ],
+)
+def test_config_errors_never_echo_a_secret(environ: dict[str, str]) -> None:
+    with pytest.raises(ConfigError) as failure:
+        load_config(environ=environ)
+    assert "s3cr3t-value" not in str(failure.value)
+    assert "zerobus." in str(failure.value)  # the key is still named
+
+
+def test_config_errors_still_show_harmless_values() -> None:
+    with pytest.raises(ConfigError, match=r"zerobus\.pool\.min_streams: .*\(got 'many'\)"):
+        load_config(environ={"ZEROBUS_POOL__MIN_STREAMS": "many"})

@@ -319,13 +319,26 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
+# A key whose path contains one of these may hold a secret: its value is never echoed in an error.
+_SECRET_MARKERS = ("secret", "token", "password", "key", "credential", "storage_options", "auth")
+
+
 def _format_validation_error(exc: ValidationError, source: str) -> str:
     lines = []
     for err in exc.errors():
         key = ".".join(["zerobus", *(str(p) for p in err["loc"])])
-        got = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+        got = f" (got {err['input']!r})" if _may_echo(err) else ""
         lines.append(f"{key}: {err['msg']}{got}")
     return f"invalid zerobus configuration from {source}:\n  " + "\n  ".join(lines)
+
+
+def _may_echo(err: Any) -> bool:
+    """Whether an invalid value can be shown: never for unknown keys (a mistyped secret's name is
+    unknown too) nor for anything that looks like a secret, since the text reaches logs and UIs."""
+    if "input" not in err or isinstance(err["input"], dict) or err["type"] == "extra_forbidden":
+        return False
+    path = ".".join(str(part) for part in err["loc"]).lower()
+    return not any(marker in path for marker in _SECRET_MARKERS)
 
 
 def load_config(
