@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pyarrow as pa
@@ -273,3 +274,41 @@ def test_probe_ahead_of_the_catalog_still_waits_for_the_table(endpoint: IcebergE
         verify_readback(
             endpoint, "main.raw.absent", {}, delta_version=1, probe=CallableProbe(lambda t: 1), policy=policy
         )
+
+
+def test_rows_committed_after_the_expected_version_are_waited_for(
+    warehouse: str, mirror: IcebergMirror, endpoint: IcebergEndpoint
+) -> None:
+    """In production the expected Delta version is a lower bound: Zerobus commits acknowledged rows
+    asynchronously. Covered rows that a later commit brings must be waited for, not reported missing."""
+    first = write_delta(warehouse, TABLE, raw_rows(list(range(5))))
+    mirror.sync_now(TABLE)
+
+    def late_commit() -> None:
+        time.sleep(0.3)
+        mirror.notify(TABLE, write_delta(warehouse, TABLE, raw_rows(list(range(5, 10)))))
+
+    committer = threading.Thread(target=late_commit)
+    committer.start()
+    try:
+        report = verify_readback(
+            endpoint, TABLE, {_key(): [OffsetRange(0, 10)]}, delta_version=first, policy=FAST
+        )
+    finally:
+        committer.join()
+    assert report.verified and report.missing_ranges == () and report.rows_scanned == 10
+    assert report.iceberg_delta_version > first
+
+
+def test_rows_that_never_arrive_are_reported_missing_at_the_deadline(
+    warehouse: str, mirror: IcebergMirror, endpoint: IcebergEndpoint
+) -> None:
+    version = write_delta(warehouse, TABLE, raw_rows(list(range(5))))
+    mirror.sync_now(TABLE)
+    policy = WaitPolicy(timeout_s=0.4, initial_s=0.02, max_s=0.1)
+    report = verify_readback(
+        endpoint, TABLE, {_key(): [OffsetRange(0, 8)]}, delta_version=version, policy=policy
+    )
+    assert not report.verified
+    assert report.missing_ranges == (MissingRange(_key(), OffsetRange(5, 8)),)
+    assert report.waited_s >= 0.3  # it looked again until the deadline before giving its verdict

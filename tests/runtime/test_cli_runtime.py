@@ -117,8 +117,9 @@ def test_readback_exits_non_zero_when_covered_rows_are_missing(env: Path, tmp_pa
     # Coverage claiming rows the table never received: read-back must say so and fail.
     with CoverageStore(env / "_zerobus" / "coverage.sqlite", TABLE) as store:
         store.record(CoverageKey(DEFAULT_SINK_ID, "ten.parquet", ""), OffsetRange(10, 15))
+    # --wait bounds how long read-back looks again for rows that may still be arriving.
     failed = runner.invoke(
-        app, ["readback", "--table", TABLE, "--warehouse", str(env), "--wait", "30", "--json"]
+        app, ["readback", "--table", TABLE, "--warehouse", str(env), "--wait", "3", "--json"]
     )
     assert failed.exit_code == 1, failed.output
     report = _json(failed.stdout)
