@@ -149,6 +149,15 @@ class ZerobusRuntime:
         self._coverage: dict[str, CoverageStore] = {}
         self._closed = False
         log.info("zerobus runtime starting with %s", config.effective_config())
+        if not config.embedded and not config.coverage.location and not config.state_dir:
+            # Resume and read-back trust coverage; a per-host default file is invisible to the other
+            # workers of a distributed executor, whose retries would then re-send everything.
+            log.warning(
+                "zerobus coverage is kept in %s on this host (the default). If tasks or steps of one "
+                "pipeline run on several hosts, set zerobus.coverage.location (or zerobus.state_dir) to a "
+                "path every worker shares, or a retry on another host re-sends rows already delivered",
+                config.coverage_location,
+            )
         try:
             self.catalog: TableCatalog = catalog_from_config(config)
             if transport is None and config.embedded:

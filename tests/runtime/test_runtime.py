@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from deltalake import DeltaTable
 from runtime_helpers import fast_config
 
+from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.coverage import CoverageStore
 from zerobus_orchestration.errors import PlanRefusedError, WriteBoundaryError
 from zerobus_orchestration.reserved import OFFSET, SOURCE
@@ -22,6 +24,7 @@ from zerobus_orchestration.runtime import (
 )
 from zerobus_orchestration.sink import CoverageNotRecordedError
 from zerobus_orchestration.tables import table_uri
+from zerobus_orchestration.transport.memory import MemoryTransport
 
 TABLE = "main.raw.orders"
 
@@ -227,3 +230,24 @@ def test_kafka_style_offsets_with_gaps_resume_and_read_back_exactly(runtime: Zer
     assert sum(len(r) for r in covered) == len(offsets) and covered[0].start == 1_000
     report = runtime.readback(TABLE, source="topic")
     assert report.verified and report.missing_ranges == () and report.duplicate_count == 0
+
+
+def test_a_remote_runtime_warns_when_coverage_is_a_per_host_default(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    remote = {
+        "endpoint": "https://1234.zerobus.us-west-2.cloud.databricks.com",
+        "workspace_url": "https://dbc-1234.cloud.databricks.com",
+        "client_id": "sp",
+        "client_secret": "sp-secret",
+        "warehouse": str(tmp_path / "wh"),
+    }
+    for config, warns in (
+        (ZerobusConfig(**remote), True),
+        (ZerobusConfig(**remote, coverage={"location": str(tmp_path / "shared.sqlite")}), False),
+    ):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="zerobus_orchestration.runtime"):
+            ZerobusRuntime(config, transport=MemoryTransport()).close()
+        assert ("zerobus.coverage.location" in caplog.text) is warns, caplog.text
+        assert "sp-secret" not in caplog.text
