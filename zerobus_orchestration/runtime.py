@@ -39,7 +39,7 @@ from zerobus_orchestration.config import Role, ZerobusConfig
 from zerobus_orchestration.contracts import ContractDescriptions
 from zerobus_orchestration.coverage import CoverageStore
 from zerobus_orchestration.emulator.handle import EmulatorHandle
-from zerobus_orchestration.errors import ReadbackError, ReadbackTimeoutError
+from zerobus_orchestration.errors import ConfigError, ReadbackError, ReadbackTimeoutError
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.preconditions import Condition, check_primary_raw
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
@@ -75,8 +75,14 @@ def source_tag(source: str, partition: str = "") -> str:
     """The ``_twg_source`` value of a write: the source, qualified by its partition when it has one.
 
     Rows carry no partition column, so two partitions of one source must differ in ``_twg_source``
-    for read-back to tell their row positions apart.
+    for read-back to tell their row positions apart. A source containing ``[`` is refused: source
+    ``a[b]`` would be indistinguishable from source ``a`` with partition ``b``.
     """
+    if "[" in source:
+        raise ConfigError(
+            f"source {source!r} contains '[', which starts the partition suffix in _twg_source "
+            "(source[partition]); fix: rename the source, and pass any partition as partition="
+        )
     return f"{source}[{partition}]" if partition else source
 
 

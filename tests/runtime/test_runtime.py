@@ -13,7 +13,7 @@ from runtime_helpers import fast_config
 
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.coverage import CoverageStore
-from zerobus_orchestration.errors import PlanRefusedError, WriteBoundaryError
+from zerobus_orchestration.errors import ConfigError, PlanRefusedError, WriteBoundaryError
 from zerobus_orchestration.reserved import OFFSET, SOURCE
 from zerobus_orchestration.runtime import (
     ZerobusRuntime,
@@ -251,3 +251,10 @@ def test_a_remote_runtime_warns_when_coverage_is_a_per_host_default(
             ZerobusRuntime(config, transport=MemoryTransport()).close()
         assert ("zerobus.coverage.location" in caplog.text) is warns, caplog.text
         assert "sp-secret" not in caplog.text
+
+
+def test_a_source_that_would_read_as_a_partition_is_refused(runtime: ZerobusRuntime) -> None:
+    assert source_tag("orders", "2026-11-29") == "orders[2026-11-29]"
+    with pytest.raises(ConfigError, match=r"source 'orders\[2026-11-29\]' contains '\['.*fix: rename"):
+        runtime.write(TABLE, orders(3), source="orders[2026-11-29]")
+    assert runtime.catalog.describe(TABLE) is None  # refused before anything was created or sent
