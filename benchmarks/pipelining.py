@@ -10,6 +10,14 @@ For each ack latency (150 ms, the documented Zerobus p50 time to durability, and
   that many batches at most are in flight per stream, and none is durable sooner than one ack
   latency after its submit. The sink cannot beat the bound; the gap to it is per-batch Python cost
   (a refill of ``capacity`` batches and the lane's wake-up, paid once per round trip).
+- ``speedup_per_stream``: sink rate over ``streams`` independent inline loops (one per stream), so a
+  multi-stream sink is not flattered by a comparison with a single inline stream.
+
+The first two scenarios size the in-flight capacity so that the bound is reachable by one pushing
+thread (``meets_target``: >= 90 % of it). The third runs the *default* configuration (1 stream,
+``ack_channel_capacity`` 4096): its bound (~27 k batches/s at 150 ms) is above what one Python thread
+can push on this machine, so it is CPU-bound by design and reported without a target; what it shows is
+the speedup over waiting per batch.
 
 Run: ``python benchmarks/pipelining.py`` (table) or ``--json`` (one JSON object on stdout).
 """
@@ -51,12 +59,16 @@ class Result:
     bound_batches_per_s: float
     fraction_of_bound: float
     speedup_vs_inline: float
+    speedup_per_stream: float
+    meets_target: bool | None  # >= 90 % of the bound; None where the bound is CPU-bound by design
     coalesce_ratio_mean: float | None
 
 
 # In-flight capacity is chosen per latency so that refilling it from one pushing thread stays well
 # under one ack latency on a small machine; the bound scales with it either way (see --capacity).
-DEFAULT_SCENARIOS = (Scenario(0.150, 2, 16), Scenario(0.005, 1, 2))
+DEFAULT_SCENARIOS = (Scenario(0.150, 2, 16), Scenario(0.005, 1, 2), Scenario(0.150, 1, 4096))
+TARGET_FRACTION = 0.90
+_DEFAULT_CAPACITY = PoolConfig().ack_channel_capacity  # the shipped default: reported without a target
 
 
 def _batch(rows: int) -> pa.RecordBatch:
@@ -121,6 +133,12 @@ def run(scenarios: tuple[Scenario, ...], warmup_s: float, window_s: float, rows:
                 bound_batches_per_s=round(bound, 1),
                 fraction_of_bound=round(sink_rate / bound, 3),
                 speedup_vs_inline=round(sink_rate / inline_rate, 1) if inline_rate else float("inf"),
+                speedup_per_stream=(
+                    round(sink_rate / (inline_rate * scenario.streams), 1) if inline_rate else float("inf")
+                ),
+                meets_target=(
+                    None if scenario.capacity >= _DEFAULT_CAPACITY else sink_rate / bound >= TARGET_FRACTION
+                ),
                 coalesce_ratio_mean=round(coalesce, 1) if coalesce is not None else None,
             )
         )
@@ -130,16 +148,20 @@ def run(scenarios: tuple[Scenario, ...], warmup_s: float, window_s: float, rows:
 def render(results: list[Result]) -> str:
     header = (
         f"{'latency':>8} {'streams':>7} {'capacity':>8} {'sink b/s':>10} {'inline b/s':>10} "
-        f"{'bound b/s':>10} {'of bound':>8} {'speedup':>8} {'batches/wait':>12}"
+        f"{'bound b/s':>10} {'of bound':>8} {'speedup':>8} {'/stream':>8} {'batches/wait':>12} {'target':>7}"
     )
     lines = [header, "-" * len(header)]
     for r in results:
+        verdict = {None: "n/a", True: "met", False: "MISSED"}[r.meets_target]
         lines.append(
             f"{r.latency_s * 1000:>6.0f}ms {r.streams:>7} {r.ack_channel_capacity:>8} "
             f"{r.sink_batches_per_s:>10.1f} {r.inline_batches_per_s:>10.1f} {r.bound_batches_per_s:>10.1f} "
-            f"{r.fraction_of_bound:>8.1%} {r.speedup_vs_inline:>7.1f}x {r.coalesce_ratio_mean or 0:>12}"
+            f"{r.fraction_of_bound:>8.1%} {r.speedup_vs_inline:>7.1f}x {r.speedup_per_stream:>7.1f}x "
+            f"{r.coalesce_ratio_mean or 0:>12} {verdict:>7}"
         )
-    lines.append("target: the sink reaches >= 90% of the bound")
+    lines.append(
+        f"target: the sink reaches >= {TARGET_FRACTION:.0%} of the bound (n/a: default capacity, CPU-bound)"
+    )
     return "\n".join(lines)
 
 
