@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,18 @@ def open_json(emu: Emulator, table: str, **options: Any) -> Any:
     return sdk_for(emu).create_stream(
         emu.client_id, emu.client_secret, TableProperties(table), row_options(**options)
     )
+
+
+def wait_for_streams_opened(emu: Emulator, table: str, count: int, timeout_s: float = 10.0) -> int:
+    """Streams opened on ``table`` once ``count`` is reached, or whatever it is at the deadline.
+
+    The SDK reconnects after a rotation signal asynchronously (after the grace or the in-flight acks),
+    so a test must wait for the new stream before relying on it, never sleep a guessed time.
+    """
+    deadline = time.monotonic() + timeout_s
+    while emu.streams_opened(table) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return emu.streams_opened(table)
 
 
 def events(ids: list[int]) -> pa.RecordBatch:

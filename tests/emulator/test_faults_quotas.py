@@ -6,9 +6,11 @@ import json
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from emulator_helpers import SCHEMA, TABLE, events, open_arrow, read_table
 from pydantic import ValidationError
+from zerobus import IPCCompression
 
 from zerobus_orchestration.config import EmulatorConfig
 from zerobus_orchestration.emulator.faults import FaultInjector, FaultKind, FaultSpec, load_faults
@@ -71,6 +73,38 @@ def test_delayed_acks_still_arrive_and_limited_stream_still_delivers(warehouse: 
         stream.close()
         emu.materialize_now(TABLE)
     assert sorted(read_table(warehouse).column("id").to_pylist()) == [0, 1, 2]
+
+
+def test_per_stream_throughput_limit_holds_back_an_sdk_stream(warehouse: Path) -> None:
+    limit_mb_s = 1.0
+    config = EmulatorConfig(time_to_table_s=0.2, per_stream_mb_s=limit_mb_s)
+    rows = 2_000
+    batches = [
+        pa.record_batch(
+            {
+                "id": pa.array(range(k * rows, (k + 1) * rows), pa.int64()),
+                "name": ["x" * 100] * rows,
+                "score": [0.5] * rows,
+            },
+            schema=SCHEMA,
+        )
+        for k in range(8)
+    ]
+    # Uncompressed IPC bodies are the buffers plus padding, so this undercounts what the throttle meters.
+    sent_bytes = sum(b.nbytes for b in batches)
+    with Emulator(str(warehouse), config, iceberg=False) as emu:
+        stream = open_arrow(emu, TABLE, SCHEMA, ipc_compression=IPCCompression.NONE)
+        start = time.monotonic()
+        for batch in batches:
+            stream.ingest_batch(batch)
+        stream.flush()
+        elapsed = time.monotonic() - start
+        stream.close()
+        emu.materialize_now(TABLE)
+    # Only a lower bound: a busy machine may be slower, but nothing may beat the limit by much.
+    floor_s = 0.6 * sent_bytes / (limit_mb_s * 1_000_000)
+    assert elapsed >= floor_s, f"{sent_bytes} bytes in {elapsed:.2f}s beat the {limit_mb_s} MB/s limit"
+    assert read_table(warehouse).num_rows == 8 * rows
 
 
 def test_faults_from_the_toml_config_file(tmp_path: Path) -> None:

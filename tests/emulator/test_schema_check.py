@@ -104,3 +104,17 @@ def test_json_values_of_another_kind_are_refused_not_coerced(row: dict[str, obje
 def test_json_text_still_parses_into_numbers_and_timestamps() -> None:
     batch = rows_to_batch("c.s.t", [{"id": "7", "ts": "2026-01-01T00:00:00Z"}], TARGET)
     assert batch.column("id").to_pylist() == [7]
+
+
+def test_case_only_duplicate_fields_are_a_field_count_mismatch() -> None:
+    # Column names are case-insensitive, so `id` and `ID` both land on column `id`: keeping either
+    # would silently drop the other's values.
+    incoming = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("ID", pa.int64())])
+    check = check_schema("c.s.t", incoming, TARGET)
+    assert check.causes == ("FIELD_COUNT_MISMATCH",)
+    assert "c.s.t.id" in check.message() and "'id' and 'ID'" in check.message()
+    batch = pa.record_batch({"id": [1], "ID": [9]}, schema=incoming)
+    with pytest.raises(ConformError, match=r"FIELD_COUNT_MISMATCH: c\.s\.t\.id: .*'id' and 'ID'.*send"):
+        conform("c.s.t", batch, TARGET, fill_missing=False)
+    with pytest.raises(ConformError, match=r"FIELD_COUNT_MISMATCH: c\.s\.t\.id: .*'id' and 'ID'.*send"):
+        rows_to_batch("c.s.t", [{"id": 1, "ID": 9}], TARGET)

@@ -19,6 +19,7 @@ SDK 1.10.0 messages observed here (zerobus-protocol.md §6):
 
 from __future__ import annotations
 
+import errno
 import threading
 from pathlib import Path
 
@@ -31,13 +32,16 @@ from emulator_helpers import (
     create_table,
     events,
     open_arrow,
+    open_json,
     read_table,
     sdk_for,
+    wait_for_streams_opened,
 )
 from zerobus import IPCCompression
 from zerobus.sdk.shared import NonRetriableException, ZerobusException
 
 from zerobus_orchestration.config import EmulatorConfig
+from zerobus_orchestration.emulator import wal as wal_module
 from zerobus_orchestration.emulator.faults import FaultKind, FaultSpec
 from zerobus_orchestration.emulator.server import Emulator
 
@@ -144,12 +148,14 @@ def test_rotation_moves_to_a_new_stream(emulator: Emulator, warehouse: Path) -> 
     for i in range(5):
         stream.ingest_batch(events([i]))
     stream.flush()
+    assert [f.kind for f in emulator.faults.acted] == [FaultKind.ROTATE], "no rotation signal was sent"
+    assert wait_for_streams_opened(emulator, TABLE, 2) == 2, "the SDK did not move to a new stream"
     stream.wait_for_offset(stream.ingest_batch(events([5])))  # goes out on the rotated stream
     stream.flush()
     stream.close()
-    assert [f.kind for f in emulator.faults.fired] == [FaultKind.ROTATE]
+    assert emulator.streams_opened(TABLE) == 2
     emulator.materialize_now(TABLE)
-    assert ids_in_table(warehouse) == list(range(6))
+    assert ids_in_table(warehouse) == list(range(6))  # every row exactly once across both streams
 
 
 def test_withheld_acks_time_out_and_recover_at_least_once(emulator: Emulator, warehouse: Path) -> None:
@@ -184,6 +190,45 @@ def test_schema_mismatch_is_rejected_and_nothing_written(
         open_arrow(emulator, TABLE, schema)
     emulator.materialize_now(TABLE)
     assert read_table(warehouse).num_rows == 0
+
+
+def test_case_only_duplicate_columns_are_rejected_and_nothing_written(
+    emulator: Emulator, warehouse: Path
+) -> None:
+    # Column names are case-insensitive: `id` and `ID` both land on `id`, one would overwrite the other.
+    clash = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("ID", pa.int64())])
+    with pytest.raises(
+        NonRetriableException,
+        match=r"SCHEMA_VALIDATION_FAILED.*FIELD_COUNT_MISMATCH: main\.default\.events\.id: .*'id' and 'ID'.*send",
+    ):
+        open_arrow(emulator, TABLE, clash)
+    emulator.materialize_now(TABLE)
+    assert read_table(warehouse).num_rows == 0
+
+
+def test_broken_wal_ends_the_stream_and_refuses_new_ones_with_unavailable(
+    emulator: Emulator, warehouse: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stream = open_arrow(emulator, TABLE, SCHEMA, recovery_retries=1)
+    stream.wait_for_offset(stream.ingest_batch(events([1])))
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(wal_module.os, "fsync", failing_fsync)
+    stream.ingest_batch(events([2]))
+    # Not "Flush timed out" after a reconnect loop: the SDK's reopen is refused, and says why.
+    with pytest.raises(ZerobusException, match=r"write-ahead log .* is broken"):
+        stream.flush()
+    monkeypatch.undo()  # the disk is back, but an fsync'd-or-not record can never be trusted again
+    broken = r"unavailable.*main\.default\.events: the emulator's write-ahead log .* is broken.*restart the emulator"
+    with pytest.raises(ZerobusException, match=broken) as info:
+        open_arrow(emulator, TABLE, SCHEMA, recovery_retries=1)
+    assert not isinstance(info.value, NonRetriableException)  # the service, not the request, is at fault
+    with pytest.raises(ZerobusException, match=broken):
+        open_json(emulator, TABLE, recovery_retries=1)
+    emulator.materialize_now(TABLE)
+    assert ids_in_table(warehouse) == [1]  # only what was acknowledged before the failure
 
 
 def test_missing_table_is_not_found(emulator: Emulator) -> None:

@@ -17,7 +17,15 @@ import json
 from pathlib import Path
 
 import pytest
-from emulator_helpers import TABLE, open_json, read_table, row_options, sdk_for, token_headers
+from emulator_helpers import (
+    TABLE,
+    open_json,
+    read_table,
+    row_options,
+    sdk_for,
+    token_headers,
+    wait_for_streams_opened,
+)
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from zerobus.sdk.shared import NonRetriableException, TableProperties
 
@@ -106,10 +114,15 @@ def test_close_stream_signal_rotates(emulator: Emulator, warehouse: Path) -> Non
     stream = open_json(emulator, TABLE)
     offsets = [stream.ingest_record_offset({"id": i}) for i in range(5)]
     stream.flush()
+    assert [f.kind for f in emulator.faults.acted] == [FaultKind.ROTATE], "no rotation signal was sent"
+    assert wait_for_streams_opened(emulator, TABLE, 2) == 2, "the SDK did not move to a new stream"
+    offsets.append(stream.ingest_record_offset({"id": 5}))  # goes out on the rotated stream
+    stream.wait_for_offset(offsets[-1])
     stream.close()
-    assert offsets == list(range(5))
+    assert offsets == list(range(6))
+    assert emulator.streams_opened(TABLE) == 2
     emulator.materialize_now(TABLE)
-    assert ids_in_table(warehouse) == list(range(5))
+    assert ids_in_table(warehouse) == list(range(6))  # every record exactly once across both streams
 
 
 def test_unknown_json_field_is_a_schema_rejection_and_nothing_is_written(
@@ -118,6 +131,33 @@ def test_unknown_json_field_is_a_schema_rejection_and_nothing_is_written(
     stream = open_json(emulator, TABLE)
     stream.ingest_record_offset({"id": 1, "bogus": True})
     with pytest.raises(NonRetriableException, match=r"SCHEMA_VALIDATION_FAILED.*FIELD_NOT_IN_TABLE.*bogus"):
+        stream.flush()
+    emulator.materialize_now(TABLE)
+    assert read_table(warehouse).num_rows == 0
+
+
+def test_case_only_duplicate_json_fields_are_rejected_and_nothing_is_written(
+    emulator: Emulator, warehouse: Path
+) -> None:
+    # Column names are case-insensitive: storing either value would silently drop the other.
+    stream = open_json(emulator, TABLE)
+    stream.ingest_record_offset({"id": 1, "ID": 9})
+    with pytest.raises(
+        NonRetriableException,
+        match=r"SCHEMA_VALIDATION_FAILED.*FIELD_COUNT_MISMATCH: main\.default\.events\.id: .*'id' and 'ID'.*send",
+    ):
+        stream.flush()
+    emulator.materialize_now(TABLE)
+    assert read_table(warehouse).num_rows == 0
+
+
+def test_a_json_record_repeating_a_key_is_rejected_and_nothing_is_written(
+    emulator: Emulator, warehouse: Path
+) -> None:
+    # A plain JSON parser keeps the last value of a repeated key, silently losing the first.
+    stream = open_json(emulator, TABLE)
+    stream.ingest_record_offset('{"id": 1, "id": 9}')
+    with pytest.raises(NonRetriableException, match=r"repeats the key 'id'"):
         stream.flush()
     emulator.materialize_now(TABLE)
     assert read_table(warehouse).num_rows == 0

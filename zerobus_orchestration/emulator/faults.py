@@ -97,7 +97,11 @@ class FaultInjector:
     def __init__(self, specs: list[FaultSpec] | None = None) -> None:
         self._lock = threading.Lock()
         self._armed: list[_Armed] = []
+        # ``fired``: handed to a stream at open (it may never act, e.g. the client sends too few
+        # batches); ``acted``: actually took effect (status sent, rotation signal sent). Tests that
+        # must prove a fault happened assert on ``acted``.
         self.fired: list[FaultSpec] = []
+        self.acted: list[FaultSpec] = []
         for spec in specs or []:
             self.add(spec)
 
@@ -109,6 +113,10 @@ class FaultInjector:
     def clear(self) -> None:
         with self._lock:
             self._armed.clear()
+
+    def record_acted(self, spec: FaultSpec) -> None:
+        with self._lock:
+            self.acted.append(spec)
 
     def pending(self) -> list[FaultSpec]:
         with self._lock:

@@ -30,6 +30,8 @@ class StreamLimiter:
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
         self._open: Counter[str] = Counter()
+        # Every stream ever accepted, so a test can prove a rotation or recovery really reconnected.
+        self._opened: Counter[str] = Counter()
         self._lock = threading.Lock()
         self.last_change = time.monotonic()  # when a stream last opened or closed (daemon idle clock)
 
@@ -39,6 +41,7 @@ class StreamLimiter:
             if self.limit is not None and self._open[key] >= self.limit:
                 return False
             self._open[key] += 1
+            self._opened[key] += 1
             self.last_change = time.monotonic()
             return True
 
@@ -53,6 +56,11 @@ class StreamLimiter:
     def open_streams(self, table: str) -> int:
         with self._lock:
             return self._open[table.lower()]
+
+    def opened_total(self, table: str) -> int:
+        """Streams accepted on ``table`` so far, closed ones included."""
+        with self._lock:
+            return self._opened[table.lower()]
 
     def total_open(self) -> int:
         with self._lock:

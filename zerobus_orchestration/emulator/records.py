@@ -22,6 +22,7 @@ from zerobus_orchestration.emulator.schema_check import (
     TYPE_INCOMPATIBLE,
     ConformError,
     SchemaProblem,
+    case_clash,
 )
 
 _CONTINUATION = b"\xff\xff\xff\xff"
@@ -35,6 +36,7 @@ def rows_to_batch(table: str, rows: list[dict[str, Any]], target: pa.Schema) -> 
     normalised: list[dict[str, Any]] = []
     for row in rows:
         out: dict[str, Any] = {}
+        spelled: dict[str, str] = {}  # table column -> the record key that filled it
         for key, value in row.items():
             name = names.get(key.lower())
             if name is None:
@@ -46,6 +48,9 @@ def rows_to_batch(table: str, rows: list[dict[str, Any]], target: pa.Schema) -> 
                         f"record field not in the table ({', '.join(names.values())})",
                     ),
                 )
+            if name in spelled:
+                raise ConformError(table, case_clash(name, spelled[name], key))
+            spelled[name] = key
             out[name] = value
         normalised.append(out)
     present = {k for row in normalised for k in row}
@@ -86,13 +91,23 @@ def json_decoder() -> RowDecoder:
     def decode(records: Sequence[bytes | str]) -> list[dict[str, Any]]:
         rows = []
         for record in records:
-            value = json.loads(record)
+            value = json.loads(record, object_pairs_hook=_unique_keys)
             if not isinstance(value, dict):
                 raise ValueError(f"a JSON record must be an object, got {type(value).__name__}")
             rows.append(value)
         return rows
 
     return decode
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a repeated key: ``json.loads`` would silently keep only the last value."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"a JSON record repeats the key {key!r}; one value would be lost: send it once")
+        seen[key] = value
+    return seen
 
 
 def proto_decoder(descriptor_proto: bytes) -> RowDecoder:

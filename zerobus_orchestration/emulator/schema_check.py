@@ -4,7 +4,9 @@ Two steps, both before anything is written or acknowledged:
 
 * ``check_schema`` (at stream open on the Arrow path, per batch on the row path) returns the
   ``SCHEMA_VALIDATION_FAILED`` causes the service reports: ``FIELD_NOT_IN_TABLE``,
-  ``MISSING_REQUIRED_COLUMN``, ``TYPE_INCOMPATIBLE``. Nullable table columns may be omitted.
+  ``MISSING_REQUIRED_COLUMN``, ``TYPE_INCOMPATIBLE``, and ``FIELD_COUNT_MISMATCH`` for two fields that
+  differ only in case (column names are case-insensitive, so both would land in one column and one
+  would silently overwrite the other). Nullable table columns may be omitted.
 * ``conform`` casts a batch to the table's types. It runs at accept time (so a batch that cannot be
   materialised is refused instead of acknowledged) and again at materialisation, where it also fills
   omitted nullable columns with nulls against the table schema current at that moment.
@@ -19,6 +21,7 @@ import pyarrow as pa
 FIELD_NOT_IN_TABLE = "FIELD_NOT_IN_TABLE"
 MISSING_REQUIRED_COLUMN = "MISSING_REQUIRED_COLUMN"
 TYPE_INCOMPATIBLE = "TYPE_INCOMPATIBLE"
+FIELD_COUNT_MISMATCH = "FIELD_COUNT_MISMATCH"
 NULL_IN_REQUIRED_COLUMN = "NULL_IN_REQUIRED_COLUMN"
 
 
@@ -66,6 +69,16 @@ _BINARIES = (
     pa.types.is_fixed_size_binary,
 )
 _LISTS = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list, pa.types.is_list_view)
+
+
+def case_clash(column: str, first: str, second: str) -> SchemaProblem:
+    """Two incoming spellings of one (case-insensitive) column: refused, since one would be lost."""
+    return SchemaProblem(
+        FIELD_COUNT_MISMATCH,
+        column,
+        f"fields {first!r} and {second!r} both name this column (column names are case-insensitive, "
+        f"so one would silently overwrite the other): send the column once, under one spelling",
+    )
 
 
 def _any(preds: tuple[object, ...], t: pa.DataType) -> bool:
@@ -123,7 +136,7 @@ def check_schema(table: str, incoming: pa.Schema, target: pa.Schema) -> SchemaCh
     problems: list[SchemaProblem] = []
     by_name = {f.name: f for f in target}
     by_lower = {f.name.lower(): f for f in target}
-    present: set[str] = set()
+    present: dict[str, str] = {}  # table column -> the incoming spelling that filled it
     for f in incoming:
         t = by_name.get(f.name) or by_lower.get(f.name.lower())
         if t is None:
@@ -136,7 +149,10 @@ def check_schema(table: str, incoming: pa.Schema, target: pa.Schema) -> SchemaCh
                 )
             )
             continue
-        present.add(t.name)
+        if t.name in present:
+            problems.append(case_clash(t.name, present[t.name], f.name))
+            continue
+        present[t.name] = f.name
         if not compatible(f.type, t.type):
             problems.append(
                 SchemaProblem(TYPE_INCOMPATIBLE, f.name, f"incoming {f.type} cannot be stored as {t.type}")
@@ -157,7 +173,12 @@ def conform(table: str, batch: pa.RecordBatch, target: pa.Schema, *, fill_missin
     With ``fill_missing`` omitted nullable columns are added as nulls, giving exactly ``target``;
     without it only the columns present are kept (the WAL stores what the producer sent).
     """
-    incoming = {name.lower(): i for i, name in enumerate(batch.schema.names)}
+    incoming: dict[str, int] = {}
+    for i, name in enumerate(batch.schema.names):
+        first = incoming.setdefault(name.lower(), i)
+        if first != i:
+            column = next((t.name for t in target if t.name.lower() == name.lower()), name)
+            raise ConformError(table, case_clash(column, batch.schema.names[first], name))
     arrays: list[pa.Array] = []
     fields: list[pa.Field] = []
     for t in target:

@@ -306,6 +306,10 @@ class Emulator:
     def open_streams(self, table: str) -> int:
         return self.limiter.open_streams(TableName.parse(table).full_name)
 
+    def streams_opened(self, table: str) -> int:
+        """Streams accepted on ``table`` since start; every rotation or recovery reconnect adds one."""
+        return self.limiter.opened_total(TableName.parse(table).full_name)
+
     def pending_positions(self, table: str) -> int:
         """WAL records acknowledged but not yet committed to Delta."""
         state = self.table_state(TableName.parse(table).full_name)

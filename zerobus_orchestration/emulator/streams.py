@@ -48,6 +48,7 @@ from zerobus_orchestration.emulator.records import (
 )
 from zerobus_orchestration.emulator.schema_check import ConformError, check_schema, conform
 from zerobus_orchestration.emulator.status import RpcFailure
+from zerobus_orchestration.emulator.wal import WalUnusableError
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.tables import TableName
 
@@ -157,10 +158,15 @@ class StreamSession:
                 return
             batches += 1
             if abort is not None and batches > abort.after_batches:
+                self.services.faults.record_acted(abort)
                 self.events.put(_Abort(RpcFailure.named(abort.status, abort.message)))
                 return
             throttle.consume(decoded.nbytes)
-            seq = self.state.wal.append(batch_to_ipc(batch))
+            try:
+                seq = self.state.wal.append(batch_to_ipc(batch))
+            except (OSError, WalUnusableError) as exc:
+                self.events.put(_Abort(wal_failure(self.state, exc)))
+                return
             rows += batch.num_rows
             if crash is not None and batches > crash.after_batches:
                 self.state.wal.wait_durable(seq)
@@ -175,6 +181,7 @@ class StreamSession:
     def responses(self, context: grpc.ServicerContext, render_ack: RenderAck) -> Iterator[Any]:
         """Acks for durable batches, then the end of the call; coalesces whatever is queued."""
         withhold, delay = self._fault(FaultKind.WITHHOLD_ACKS), self._fault(FaultKind.DELAY_ACKS)
+        rotate_fault = self._fault(FaultKind.ROTATE)
         coalesce = withhold is None and delay is None
         held: deque[_Event] = deque()
         pause = threading.Event()
@@ -194,11 +201,18 @@ class StreamSession:
                         break
                     newest = nxt
                     rotate = nxt.rotate_grace_ms if nxt.rotate_grace_ms is not None else rotate
-                self.state.wal.wait_durable(newest.seq)
+                try:
+                    self.state.wal.wait_durable(newest.seq)
+                except (OSError, WalUnusableError) as exc:
+                    # Never raise here (reconnect hot loop); the reopen is refused too, see open_stream.
+                    wal_failure(self.state, exc).apply(context)
+                    return
                 if withhold is not None and newest.batch_no > withhold.after_batches:
                     continue
                 if delay is not None and newest.batch_no > delay.after_batches:
                     pause.wait(delay.delay_s)
+                if rotate is not None and rotate_fault is not None:
+                    self.services.faults.record_acted(rotate_fault)  # the signal goes out with this ack
                 yield from render_ack(newest, rotate)
             elif isinstance(event, _Abort):
                 event.failure.apply(context)
@@ -213,6 +227,27 @@ class StreamSession:
             except queue.Empty:
                 if not context.is_active():
                     return None
+
+
+def wal_failure(state: TableState, exc: BaseException) -> RpcFailure:
+    """UNAVAILABLE (the SDK retries, then gives up with this text) naming the table, cause and fix."""
+    reason = state.wal.broken
+    if reason is None:  # the failed write was cut off cleanly: a later one may succeed (disk freed)
+        return RpcFailure(
+            grpc.StatusCode.UNAVAILABLE,
+            f"{state.full_name}: the emulator could not write to its write-ahead log {state.wal.directory}: "
+            f"{exc} (check the disk: free space, I/O errors)",
+        )
+    return wal_broken(state, reason)
+
+
+def wal_broken(state: TableState, reason: str) -> RpcFailure:
+    return RpcFailure(
+        grpc.StatusCode.UNAVAILABLE,
+        f"{state.full_name}: the emulator's write-ahead log {state.wal.directory} is broken ({reason}), "
+        f"so it can make nothing durable and accepts no streams for this table: check the disk "
+        f"(free space, I/O errors), then restart the emulator (acknowledged batches are replayed on start)",
+    )
 
 
 # -- opening a stream: auth, table, faults, quota --------------------------------------------------
@@ -243,9 +278,15 @@ def open_stream(
             grpc.StatusCode.NOT_FOUND,
             f"table {full_name} does not exist (create it through the catalog before streaming to it)",
         )
+    broken = state.wal.broken
+    if broken is not None:
+        # Accepting would fail the stream on its first batch, and the SDK would reconnect in a loop
+        # until its flush timeout; a refused open makes it give up after its retries, with this text.
+        return wal_broken(state, broken)
     faults = services.faults.arm(full_name, protocol)
     reject = next((f for f in faults if f.kind is FaultKind.REJECT_OPEN), None)
     if reject is not None:
+        services.faults.record_acted(reject)
         return RpcFailure.named(reject.status, reject.message)
     if not services.limiter.acquire(full_name):
         return RpcFailure(

@@ -32,6 +32,13 @@ class WalCorruptError(RuntimeError):
     """A sealed WAL segment failed its checksum: acknowledged data would be lost, so refuse to start."""
 
 
+class WalUnusableError(RuntimeError):
+    """The log can no longer make records durable (failed fsync, or a partial write it could not cut).
+
+    Permanent for this process: only a restart, which re-reads and replays the log, clears it.
+    """
+
+
 def wal_dir_name(full_name: str) -> str:
     return quote(full_name, safe="")
 
@@ -162,7 +169,9 @@ class TableWal:
             if self._closed:
                 raise RuntimeError(f"WAL {self.directory} is closed")
             if self._broken is not None:
-                raise RuntimeError(f"WAL {self.directory} is unusable after a failed write: {self._broken}")
+                raise WalUnusableError(
+                    f"WAL {self.directory} is unusable after a failed write: {self._broken}"
+                )
             seq = self._written + 1
             record = _HEADER.pack(_MAGIC, seq, len(payload), zlib.crc32(payload)) + payload
             try:
@@ -186,7 +195,9 @@ class TableWal:
         with self._cond:
             while self._durable < seq:
                 if self._broken is not None:
-                    raise RuntimeError(f"WAL {self.directory} cannot make records durable: {self._broken}")
+                    raise WalUnusableError(
+                        f"WAL {self.directory} cannot make records durable: {self._broken}"
+                    )
                 if self._syncing:
                     self._cond.wait()
                     continue
@@ -216,6 +227,12 @@ class TableWal:
         seq = self.append(payload)
         self.wait_durable(seq)
         return seq
+
+    @property
+    def broken(self) -> str | None:
+        """Why the log refuses appends and acks for the rest of this process; None while healthy."""
+        with self._cond:
+            return self._broken
 
     @property
     def durable_seq(self) -> int:
