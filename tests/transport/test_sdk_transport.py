@@ -215,7 +215,7 @@ def test_retryable_abort_is_recovered_inside_the_sdk(
         stream.submit(b)
     stream.flush()
     stream.close()
-    assert any(f.table == table for f in emulator.faults.fired), "the abort fault never fired"
+    assert any(f.table == table for f in emulator.faults.acted), "the abort fault never acted"
     assert set(delta_ids(emulator, table)) == set(ids_of(batches))
 
 
