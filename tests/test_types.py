@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal
+
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -80,6 +83,11 @@ UNSUPPORTED = [
     (pa.decimal256(40, 2), "precision"),
     (pa.decimal256(20, 2), "decimal128"),
     (pa.uint64(), "decimal128(20, 0)"),
+    (pa.decimal128(5, -2), "decimal128(7, 0)"),
+    (pa.decimal256(30, -2), "decimal128(32, 0)"),
+    (pa.decimal128(38, -1), "float64"),
+    (pa.decimal128(5, 10), "decimal128(10, 10)"),
+    (pa.list_(pa.decimal128(5, -2)), "decimal128(7, 0)"),
     (pa.struct([]), "at least one field"),
     (pa.dense_union([pa.field("a", pa.int32())]), "cast"),
     (pa.list_(pa.float16()), "float32"),
@@ -190,6 +198,16 @@ _PRIMITIVES = st.sampled_from(
     ]
 )  # fmt: skip
 _DECIMALS = st.integers(1, 38).flatmap(lambda p: st.integers(0, p).map(lambda s: pa.decimal128(p, s)))
+# Arrow also accepts scales Delta's DECIMAL(p,s) cannot declare (it needs 0 <= s <= p <= 38): negative
+# ones (counted in powers of ten) and ones above the precision.
+_NEGATIVE_SCALE_DECIMALS = st.builds(
+    lambda make, p, s: make(p, s), st.sampled_from([pa.decimal128, pa.decimal256]), st.integers(1, 38),
+    st.integers(-45, -1),
+)  # fmt: skip
+_SCALE_ABOVE_PRECISION = st.integers(1, 37).flatmap(
+    lambda p: st.integers(p + 1, 38).map(lambda s: pa.decimal128(p, s))
+)
+_ANY_DECIMALS = st.one_of(_DECIMALS, _NEGATIVE_SCALE_DECIMALS, _SCALE_ABOVE_PRECISION)
 _NAMES = st.text(min_size=1, max_size=8)
 _LEAVES = st.one_of(_PRIMITIVES, _DECIMALS)
 
@@ -206,12 +224,13 @@ def _nested(children: st.SearchStrategy[pa.DataType]) -> st.SearchStrategy[pa.Da
 
 
 SUPPORTED = st.recursive(_LEAVES, _nested, max_leaves=6)
+WITH_ANY_DECIMAL = st.recursive(st.one_of(_PRIMITIVES, _ANY_DECIMALS), _nested, max_leaves=6)
 _NUMERIC = st.one_of(
     st.sampled_from(
         [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64(),
          pa.float32(), pa.float64(), pa.string()]
     ),
-    _DECIMALS,
+    _ANY_DECIMALS,
 )  # fmt: skip
 
 
@@ -224,6 +243,40 @@ def test_delta_type_is_total_and_inverse_round_trips(t: pa.DataType) -> None:
     assert arrow_type_of_delta(delta_json_type(t)) == storage
     assert arrow_storage_type(storage) == storage  # canonical is a fixed point
     assert delta_type(storage) == text
+
+
+_DECIMAL_TEXT = re.compile(r"DECIMAL\((-?\d+),(-?\d+)\)")
+
+
+@settings(max_examples=300)
+@given(WITH_ANY_DECIMAL)
+def test_delta_type_declares_only_legal_decimals_or_refuses(t: pa.DataType) -> None:
+    try:
+        text = delta_type(t)
+    except UnsupportedType as exc:
+        assert "cannot be stored" in str(exc) and "Delta DECIMAL needs a scale" in str(exc)
+        return
+    for precision, scale in _DECIMAL_TEXT.findall(text):
+        assert 0 <= int(scale) <= int(precision) <= 38, text
+
+
+@settings(deadline=None)  # the first decimal cast loads Arrow's compute kernels
+@given(_NEGATIVE_SCALE_DECIMALS)
+def test_negative_scale_is_refused_with_a_cast_that_keeps_every_value(t: pa.DataType) -> None:
+    with pytest.raises(UnsupportedType) as info:
+        delta_type(t)
+    message = str(info.value)
+    assert str(t) in message and "scale of 0 or more" in message
+    digits = t.precision - t.scale
+    if digits > 38:
+        assert "float64" in message
+        return
+    fix = pa.decimal128(digits, 0)
+    assert f"decimal128({digits}, 0)" in message and delta_type(fix) == f"DECIMAL({digits},0)"
+    # t's extremes, built at scale 0 (pyarrow infers the wrong precision from a Decimal with an exponent)
+    largest = (10**t.precision - 1) * 10**-t.scale
+    values = pa.array([largest, -largest, 0], type=fix).cast(t)
+    assert values.cast(fix).to_pylist() == [Decimal(largest), Decimal(-largest), Decimal(0)]
 
 
 @given(_NUMERIC)

@@ -32,3 +32,14 @@ RESERVED_DESCRIPTIONS: Final = {
 
 def is_reserved(name: str) -> bool:
     return name in RESERVED_NAMES
+
+
+def reserved_case_twin(name: str) -> str | None:
+    """The reserved name ``name`` equals in another case (``_TWG_OFFSET`` -> ``_twg_offset``), else None.
+
+    Delta and Unity Catalog match column names case-insensitively, so such a payload column would be the
+    same column as the engine-owned one.
+    """
+    if is_reserved(name):
+        return None
+    return next((r for r in RESERVED_NAMES if r.lower() == name.lower()), None)

@@ -18,8 +18,10 @@ Decisions (reference/tables-and-catalog.md §1.3):
 - Timestamps: tz-aware (any zone; stored as UTC) -> TIMESTAMP, naive -> TIMESTAMP_NTZ; both are
   sent as microseconds (Delta's precision).
 - Refused with a cast hint: float16, time32/time64, duration, intervals, null, decimal256, unions,
-  empty structs. Dictionary and run-end encoded columns map as their value type; fixed-size binary
-  and binary views map to BINARY; string views and large strings to STRING.
+  empty structs, and decimals Delta cannot declare: a negative scale (Arrow allows ``decimal128(5, -2)``,
+  Delta needs ``0 <= scale <= precision``) or a scale above the precision. Dictionary and run-end
+  encoded columns map as their value type; fixed-size binary and binary views map to BINARY; string
+  views and large strings to STRING.
 
 Canonical Arrow types (what ``arrow_storage_type`` returns and ``arrow_type_of_delta`` produces):
 int8/16/32/64, float32/64, bool, string, binary, date32, timestamp[us] / timestamp[us, tz=UTC],
@@ -99,6 +101,7 @@ def arrow_storage_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_float32(t) or pa.types.is_float64(t):
         return t
     if pa.types.is_decimal(t):
+        _check_decimal_scale(t)
         if pa.types.is_decimal256(t):
             hint = "cast it to decimal128" if t.precision <= 38 else "reduce its precision to 38 or less"
             raise _unsupported(t, hint + " (Delta DECIMAL holds at most 38 digits)")
@@ -140,6 +143,30 @@ def arrow_storage_type(t: pa.DataType) -> pa.DataType:
             [pa.field(f.name, arrow_storage_type(f.type), nullable=f.nullable) for f in _struct_fields(t)]
         )
     raise _unsupported(t, "cast it to a supported type (string, binary, a number, a timestamp, ...)")
+
+
+def _check_decimal_scale(t: pa.DataType) -> None:
+    """Refuse scales Delta's ``DECIMAL(p,s)`` cannot declare (it needs ``0 <= s <= p <= 38``)."""
+    precision, scale = t.precision, t.scale
+    if scale < 0:
+        # A negative scale counts in powers of ten: decimal128(5, -2) holds 99999 * 10**2, which needs
+        # p - s integer digits at scale 0.
+        digits = precision - scale
+        fix = (
+            f"cast it to decimal128({digits}, 0) (lossless)"
+            if digits <= 38
+            else f"its values have up to {digits} digits, more than Delta's 38: cast it to float64 "
+            "(approximate) or to string"
+        )
+        raise _unsupported(t, f"Delta DECIMAL needs a scale of 0 or more; {fix}")
+    if scale > precision:
+        # decimal128(5, 10) holds values below 10**-5, which decimal128(s, s) holds exactly.
+        fix = (
+            f"cast it to decimal128({scale}, {scale}) (lossless)"
+            if scale <= 38
+            else "cast it to float64 (approximate) or to string"
+        )
+        raise _unsupported(t, f"Delta DECIMAL needs a scale no larger than the precision; {fix}")
 
 
 def _is_list_like(t: pa.DataType) -> bool:

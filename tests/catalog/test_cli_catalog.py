@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
+import pytest
 from deltalake import DeltaTable
 from typer.testing import CliRunner
 
@@ -119,3 +120,29 @@ def test_bad_schema_file_exits_2(tmp_path: Path) -> None:
     junk.write_bytes(b"not arrow")
     code, out = invoke("plan", "--table", T, "--schema-from", str(junk), "--warehouse", str(tmp_path / "wh"))
     assert code == 2 and "not a Parquet file" in out
+
+
+def test_check_and_plan_read_the_runtime_registry_under_a_separate_state_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The runtime keeps the local registry at <state_dir>/catalog.sqlite; plan and check must open that
+    # one, not <warehouse>/_zerobus/catalog.sqlite, or a table the runtime made reads as unregistered.
+    monkeypatch.setenv("ZEROBUS_EMULATOR__TIME_TO_TABLE_S", "0.2")
+    wh, state = tmp_path / "wh", tmp_path / "state"
+    config = tmp_path / "zerobus.toml"
+    config.write_text(f"[zerobus]\nwarehouse = {str(wh)!r}\nstate_dir = {str(state)!r}\n", encoding="utf-8")
+    data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "label": ["a", "b", "c"]})
+    pq.write_table(data, tmp_path / "rows.parquet")
+    code, out = invoke("ingest", "--table", T, "--config", str(config), str(tmp_path / "rows.parquet"))
+    assert code == 0, out
+    assert (state / "catalog.sqlite").is_file()
+
+    code, out = invoke("check", "--table", T, "--config", str(config), "--json")
+    assert code == 0, out
+    assert json.loads(out)["unmet"] == []
+
+    code, out = invoke(
+        "plan", "--table", T, "--schema-from", str(tmp_path / "rows.parquet"), "--config", str(config)
+    )
+    assert code == 0 and out.strip() == f"{T}: up to date", out
+    assert not (wh / "_zerobus" / "catalog.sqlite").exists()  # no second, empty registry beside it

@@ -134,7 +134,8 @@ def test_widening_is_refused_by_the_local_backend_with_a_clear_message(catalog: 
     wide = narrow.set(1, pa.field("n", pa.int64()))
     with pytest.raises(PlanRefusedError, match="cannot widen") as info:
         catalog.reconcile(T, build(wide, allow_widening=True))
-    assert "n: live INT, desired BIGINT" in str(info.value)
+    assert "events.n: the local (delta-rs) backend cannot widen" in str(info.value)
+    assert "(live INT, desired BIGINT)" in str(info.value)
     with pytest.raises(PlanRefusedError, match="allow_widening"):
         catalog.reconcile(T, build(wide))
     assert catalog.describe(T).version == version  # type: ignore[union-attr]
@@ -302,3 +303,24 @@ def test_column_differing_only_in_case_is_refused_with_the_fix_not_a_delta_rs_er
         catalog.reconcile(T, build(renamed, subset=True))
     after = catalog.describe(T)
     assert after is not None and after.version == version.version
+
+
+def test_plan_shows_the_widening_refusal_that_reconcile_raises(catalog: LocalCatalog) -> None:
+    # ``zerobus-orch plan`` prints ``catalog.plan``: it must not show a widening that --apply then refuses.
+    narrow = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("n", pa.int32())])
+    catalog.reconcile(T, build(narrow))
+    wide = build(narrow.set(1, pa.field("n", pa.int64())), allow_widening=True)
+    planned = catalog.plan(T, wide)
+    assert [(s.kind, getattr(s, "column", None)) for s in planned.refusals] == [("refuse", "n")]
+    assert not any(s.kind == "widen_column" for s in planned.steps)
+    with pytest.raises(PlanRefusedError) as info:
+        catalog.reconcile(T, wide)
+    assert info.value.reasons == tuple(r.describe() for r in planned.refusals)
+    assert "cast the column to the live type" in info.value.reasons[0]
+
+
+def test_payload_column_shadowing_an_engine_column_never_reaches_delta_rs(catalog: LocalCatalog) -> None:
+    shadowing = pa.schema([pa.field("id", pa.int64()), pa.field("_TWG_OFFSET", pa.int64())])
+    with pytest.raises(ConfigError, match=r"column '_TWG_OFFSET' differs only in case .* rename"):
+        catalog.reconcile(T, build(shadowing))
+    assert catalog.describe(T) is None

@@ -296,3 +296,35 @@ def test_column_differing_from_a_live_one_only_in_case_is_refused_naming_both() 
 def test_schema_with_columns_differing_only_in_case_is_refused_at_build() -> None:
     with pytest.raises(ConfigError, match=r"main\.raw\.events: columns 'id' and 'ID' differ only in case"):
         desired(pa.schema([("id", pa.int64()), ("ID", pa.int64())]))
+
+
+@pytest.mark.parametrize("column", ["_TWG_OFFSET", "_Twg_Emit_Ts", "_twg_SOURCE"])
+def test_payload_column_shadowing_an_engine_column_in_another_case_is_refused_at_build(column: str) -> None:
+    # Delta and UC would see it as the engine-owned column: a duplicate at create, not a payload column.
+    with pytest.raises(ConfigError) as info:
+        desired(pa.schema([("id", pa.int64()), (column, pa.int64())]))
+    message = str(info.value)
+    assert f"table {T}: column {column!r}" in message
+    assert f"engine-owned column {column.lower()!r}" in message
+    assert f"rename the payload column, e.g. {column.lstrip('_')!r}" in message
+
+
+def test_live_column_shadowing_an_engine_column_is_refused_with_a_rename_of_the_live_one() -> None:
+    # A table made outside the catalog with "_TWG_OFFSET": the engine column cannot be respelled.
+    d = desired(BASE)
+    live = live_from(
+        d,
+        drop=("_twg_offset",),
+        override={"_TWG_OFFSET": LiveColumn("_TWG_OFFSET", "BIGINT", pa.int64(), True, None)},
+    )
+    p = plan(live, d)
+    assert [(type(s), s.column) for s in p.steps if isinstance(s, Refuse)] == [(Refuse, "_twg_offset")]
+    with pytest.raises(PlanRefusedError, match=r"rename the live column '_TWG_OFFSET'"):
+        p.raise_if_refused()
+
+
+def test_negative_decimal_scale_is_refused_naming_the_column_and_the_cast() -> None:
+    p = plan(None, desired(pa.schema([("id", pa.int64()), ("price", pa.decimal128(5, -2))])))
+    assert [(type(s), s.column) for s in p.steps if isinstance(s, Refuse)] == [(Refuse, "price")]
+    with pytest.raises(PlanRefusedError, match=r"events\.price: .*cast it to decimal128\(7, 0\)"):
+        p.raise_if_refused()

@@ -18,7 +18,7 @@ from zerobus_orchestration.catalog.base import Access, DesiredTable, TableTags
 from zerobus_orchestration.catalog.plan import plan
 from zerobus_orchestration.config import CommentPolicy, Role
 from zerobus_orchestration.contracts import managed_comment
-from zerobus_orchestration.errors import CatalogError, NotSupportedError, PlanRefusedError
+from zerobus_orchestration.errors import CatalogError, ConfigError, NotSupportedError, PlanRefusedError
 from zerobus_orchestration.preconditions import check_primary_raw, unmet
 
 TABLE = "main.raw.events"
@@ -234,3 +234,37 @@ def test_absent_table_cannot_take_sinks_or_credentials(backend: Backend) -> None
         backend.catalog.register_sink(TABLE, "sink-a")
     with pytest.raises(CatalogError):
         backend.catalog.vend_credentials(TABLE, Access.READ)
+
+
+@pytest.mark.parametrize("column", ["_TWG_OFFSET", "_Twg_Source"])
+def test_payload_column_shadowing_an_engine_column_is_refused_before_any_ddl(
+    backend: Backend, column: str
+) -> None:
+    # Before: delta-rs failed the create with a raw duplicate-field error (after one silent retry) and
+    # Unity Catalog with COLUMN_ALREADY_EXISTS, which reconcile retried as a lost race.
+    with pytest.raises(ConfigError) as info:
+        backend.catalog.reconcile(TABLE, want(pa.field(column, pa.int64())))
+    message = str(info.value)
+    assert f"table {TABLE}: column {column!r}" in message and "rename the payload column" in message
+    assert backend.catalog.describe(TABLE) is None
+
+
+def test_live_column_shadowing_an_engine_column_is_refused_naming_the_fix(backend: Backend) -> None:
+    # A table made outside this package whose "_TWG_OFFSET" would collide with the stamped _twg_offset.
+    if backend.fake is not None:
+        backend.fake.execute_sql(
+            f"CREATE TABLE {TABLE} (id BIGINT NOT NULL, name STRING, _TWG_OFFSET BIGINT)"
+        )
+    else:
+        from deltalake import DeltaTable
+
+        assert backend.local is not None
+        outside = base_schema(pa.field("_TWG_OFFSET", pa.int64()))
+        DeltaTable.create(backend.local.location(TABLE), outside)
+    before = version(backend)
+    with pytest.raises(
+        PlanRefusedError, match=r"events\._twg_offset: live column '_TWG_OFFSET' differs"
+    ) as info:
+        backend.catalog.reconcile(TABLE, want())
+    assert "rename the live column '_TWG_OFFSET'" in str(info.value)
+    assert version(backend) == before

@@ -260,6 +260,21 @@ def test_temporary_credentials_read_only_for_managed_tables(
         )
 
 
+def test_location_makes_an_external_table_that_may_vend_read_write(
+    w: WorkspaceClient, fake_uc: FakeUnityCatalog
+) -> None:
+    sql(w, fake_uc, "CREATE TABLE main.raw.ext (id INT) USING DELTA LOCATION 's3://lake/ext/'")
+    info = w.tables.get("main.raw.ext")
+    assert info.table_type is TableType.EXTERNAL and info.storage_location == "s3://lake/ext"
+    assert info.table_id is not None
+    creds = w.temporary_table_credentials.generate_temporary_table_credentials(
+        table_id=info.table_id, operation=TableOperation.READ_WRITE
+    )
+    assert creds.aws_temp_credentials is not None and creds.url == "s3://lake/ext"
+    sql(w, fake_uc, "ALTER TABLE main.raw.ext ADD COLUMNS (name STRING)")  # evolving keeps it external
+    assert w.tables.get("main.raw.ext").table_type is TableType.EXTERNAL
+
+
 def test_uniform_conversion_can_lag(w: WorkspaceClient, fake_uc: FakeUnityCatalog) -> None:
     sql(w, fake_uc, f"CREATE TABLE main.raw.u (id BIGINT) {UNIFORM_PROPS}")
     fake_uc.hold_uniform_conversion = True

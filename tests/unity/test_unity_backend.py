@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -26,6 +27,8 @@ from zerobus_orchestration.errors import (
 )
 from zerobus_orchestration.preconditions import check_primary_raw, unmet
 from zerobus_orchestration.testing import FakeUnityCatalog
+from zerobus_orchestration.testing.uc_fake import IssuedCredentials, SyntheticIssuer
+from zerobus_orchestration.testing.uc_state import FakeTable
 
 TABLE = "main.raw.events"
 
@@ -215,8 +218,44 @@ def test_vend_read_credentials_and_refuse_write(unity: UnityCatalog) -> None:
     assert set(creds.storage_options) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}
     assert all(isinstance(v, SecretStr) for v in creds.storage_options.values())
     assert "ASIA" not in repr(creds)  # secrets stay masked
-    with pytest.raises(NotSupportedError, match="READ credentials for managed"):
+    with pytest.raises(NotSupportedError, match="MANAGED DELTA table, and Unity Catalog vends write"):
         unity.vend_credentials(TABLE, Access.WRITE)
+
+
+@dataclass
+class RecordingIssuer:
+    """The fake's synthetic keys, remembering which operation each vend asked for."""
+
+    operations: list[tuple[str, str]] = field(default_factory=list)
+
+    def issue(self, table: FakeTable, operation: str) -> IssuedCredentials:
+        self.operations.append((table.full_name, operation))
+        return SyntheticIssuer().issue(table, operation)
+
+
+def test_vend_write_credentials_for_an_external_table(unity: UnityCatalog, fake_uc: FakeUnityCatalog) -> None:
+    # Unity Catalog refuses write credentials only for managed Delta tables; an EXTERNAL one gets them.
+    issuer = RecordingIssuer()
+    fake_uc.credential_issuer = issuer
+    fake_uc.execute_sql(f"CREATE TABLE {TABLE} (id BIGINT) USING DELTA LOCATION 's3://lake/events'")
+    creds = unity.vend_credentials(TABLE, Access.WRITE)
+    assert creds.access is Access.WRITE and creds.url == "s3://lake/events"
+    assert set(creds.storage_options) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}
+    assert issuer.operations == [(TABLE, "READ_WRITE")]
+    unity.vend_credentials(TABLE, Access.READ)
+    assert issuer.operations[-1] == (TABLE, "READ")
+
+
+def test_managed_write_refusal_asks_unity_catalog_nothing(
+    unity: UnityCatalog, fake_uc: FakeUnityCatalog
+) -> None:
+    issuer = RecordingIssuer()
+    fake_uc.credential_issuer = issuer
+    unity.reconcile(TABLE, desired())
+    with pytest.raises(NotSupportedError, match=rf"{TABLE}: it is a MANAGED DELTA table.*Zerobus"):
+        unity.vend_credentials(TABLE, Access.WRITE)
+    assert issuer.operations == []
+    assert not any("temporary-table-credentials" in r.path for r in fake_uc.requests)
 
 
 def test_uniform_status_tracks_converted_delta_version(

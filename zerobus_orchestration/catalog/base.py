@@ -26,7 +26,12 @@ from pydantic import SecretStr
 
 from zerobus_orchestration.config import CommentPolicy, Role
 from zerobus_orchestration.errors import ConfigError, UnsupportedType
-from zerobus_orchestration.reserved import RESERVED_DESCRIPTIONS, RESERVED_FIELDS, is_reserved
+from zerobus_orchestration.reserved import (
+    RESERVED_DESCRIPTIONS,
+    RESERVED_FIELDS,
+    is_reserved,
+    reserved_case_twin,
+)
 from zerobus_orchestration.types import arrow_storage_type, arrow_type_of_delta, delta_type
 
 if TYPE_CHECKING:
@@ -146,6 +151,15 @@ class DesiredTable:
                 )
             if is_reserved(f.name):
                 continue
+            engine_twin = reserved_case_twin(f.name)
+            if engine_twin is not None:
+                # Refused here, before any DDL: delta-rs would fail the create with a raw duplicate-field
+                # error and Unity Catalog with COLUMN_ALREADY_EXISTS, which reads like a lost race.
+                raise ConfigError(
+                    f"table {name}: column {f.name!r} differs only in case from the engine-owned column "
+                    f"{engine_twin!r} (Delta and Unity Catalog column names are case-insensitive); rename "
+                    f"the payload column, e.g. {_payload_rename(f.name)!r}"
+                )
             columns.append(
                 DesiredColumn(
                     f.name, f.type, f.nullable, payload_descriptions.get(f.name), engine_owned=False
@@ -307,6 +321,11 @@ class TableCatalog(Protocol):
     def vend_credentials(self, table: str, access: Access) -> VendedCredentials:
         """Short-lived storage credentials, or ``NotSupportedError`` where the backend cannot grant them."""
         ...
+
+
+def _payload_rename(name: str) -> str:
+    # Without the leading underscore it no longer matches any reserved name, in any case.
+    return name.lstrip("_")
 
 
 def _same_storage(incoming: pa.DataType, reserved: pa.DataType) -> bool:

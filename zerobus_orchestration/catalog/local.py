@@ -6,7 +6,8 @@ name, location, role, emulated capabilities and the sinks writing to the table. 
 ``tables.table_uri`` says, so the emulator's materialiser finds them.
 
 delta-rs limits shape the execution (reference §1):
-- ``WidenColumn`` is refused: delta-rs has no type widening.
+- ``WidenColumn`` is refused: delta-rs has no type widening. ``plan`` already turns it into a ``Refuse``
+  step, so ``zerobus-orch plan`` shows the refusal that ``reconcile`` would raise.
 - a ``primary_raw`` table gets the UniForm keys as inert properties and deletion vectors off; column
   mapping and UniForm are reported as *emulated* (real column mapping would stop schema evolution).
 - delta-rs commits even no-op metadata changes, so only the plan's (already diffed) steps run and an
@@ -45,8 +46,10 @@ from zerobus_orchestration.catalog.plan import (
     ColumnDef,
     CreateTable,
     ReconcilePlan,
+    Refuse,
     SetComment,
     SetProperty,
+    Step,
     WidenColumn,
     plan,
 )
@@ -55,7 +58,6 @@ from zerobus_orchestration.errors import (
     CatalogError,
     ConfigError,
     NotSupportedError,
-    PlanRefusedError,
     UnsupportedType,
     ZerobusOrchestrationError,
 )
@@ -202,7 +204,17 @@ class LocalCatalog:
 
     def plan(self, table: str, desired: DesiredTable) -> ReconcilePlan:
         """The plan ``reconcile`` would execute now, without executing it."""
-        return plan(self.describe(table), self._effective(desired), allow_widening=desired.allow_widening)
+        return self._plan_against(self.describe(table), desired)
+
+    def _plan_against(self, live: TableState | None, desired: DesiredTable) -> ReconcilePlan:
+        the_plan = plan(live, self._effective(desired), allow_widening=desired.allow_widening)
+        if not any(isinstance(s, WidenColumn) for s in the_plan.steps):
+            return the_plan
+        # delta-rs has no type widening; the shared planner does not know the backend, so the local
+        # backend turns the step into a refusal here, where both ``plan`` and ``reconcile`` see it.
+        steps = [_refuse_widening(s) if isinstance(s, WidenColumn) else s for s in the_plan.steps]
+        refusals_first = sorted(steps, key=lambda s: not isinstance(s, Refuse))
+        return ReconcilePlan(the_plan.table, tuple(refusals_first), the_plan.notes)
 
     def reconcile(self, table: str, desired: DesiredTable) -> ReconcileOutcome:
         full_name = TableName.parse(table).full_name
@@ -221,16 +233,8 @@ class LocalCatalog:
 
     def _reconcile_once(self, table: str, full_name: str, desired: DesiredTable) -> ReconcileOutcome:
         live = self.describe(table)
-        the_plan = plan(live, self._effective(desired), allow_widening=desired.allow_widening)
+        the_plan = self._plan_against(live, desired)
         the_plan.raise_if_refused()
-        widen = [s for s in the_plan.steps if isinstance(s, WidenColumn)]
-        if widen:
-            raise PlanRefusedError(
-                f"reconcile of {full_name} refused: the local (delta-rs) backend cannot widen column types; "
-                + "; ".join(f"{s.column}: live {s.from_type}, desired {s.to_type}" for s in widen)
-                + ". Cast the column to the live type, or rewrite the table",
-                [s.describe() for s in widen],
-            )
         version_before = live.version if live else None
         if not the_plan.empty:
             self._execute(full_name, the_plan)
@@ -333,6 +337,17 @@ class LocalCatalog:
         self._register_table(full_name, str(dt.metadata().id), location, role)
         if deferred:
             _add_columns(dt, deferred)
+
+
+def _refuse_widening(step: WidenColumn) -> Step:
+    return Refuse(
+        step.table,
+        step.column,
+        "the local (delta-rs) backend cannot widen column types; cast the column to the live type, "
+        "or rewrite the table",
+        step.from_type,
+        step.to_type,
+    )
 
 
 def _comment_metadata(column: ColumnDef) -> dict[str, str]:

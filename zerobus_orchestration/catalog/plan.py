@@ -240,12 +240,18 @@ def plan(live: TableState | None, desired: DesiredTable, allow_widening: bool = 
             twin = next((c for c in live.columns if c.name.lower() == col.name.lower()), None)
             if twin is not None:
                 # Delta/UC names are case-insensitive: adding it would collide with the live column.
+                # An engine-owned name cannot be respelled (the sink stamps it), so the live one must go.
+                fix = (
+                    f"rename the live column {twin.name!r} (the engine stamps {col.name!r} on every row)"
+                    if col.engine_owned
+                    else f"spell it {twin.name!r}"
+                )
                 steps.append(
                     Refuse(
                         table,
                         col.name,
                         f"live column {twin.name!r} differs only in case (column names are "
-                        f"case-insensitive); spell it {twin.name!r}",
+                        f"case-insensitive); {fix}",
                         twin.delta_type,
                         delta_type(storage),
                     )

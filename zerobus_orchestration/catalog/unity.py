@@ -9,8 +9,9 @@
   statement does not raise in the SDK: each final state is checked, PENDING/RUNNING is polled, and a
   failure raises ``StatementFailedError`` naming the statement, the error and what had already run.
 - ``register_sink``: a ``twg.sink.<id>`` table property.
-- ``vend_credentials``: READ through ``temporary_table_credentials``; WRITE raises ``NotSupportedError``
-  (Unity Catalog vends no write credentials for managed Delta tables; Zerobus writes with OAuth).
+- ``vend_credentials``: READ, and WRITE (``READ_WRITE``), through ``temporary_table_credentials``. WRITE on
+  a MANAGED Delta table raises ``NotSupportedError`` without asking (Unity Catalog vends write credentials
+  only for EXTERNAL tables and managed Iceberg tables; Zerobus writes managed tables with OAuth).
 
 Auth goes through databricks-sdk's own ``Config``: OAuth machine-to-machine (service principal id and
 secret; the SDK refreshes tokens) or a personal access token.
@@ -29,7 +30,7 @@ from urllib.parse import quote
 
 from databricks.sdk import WorkspaceClient
 from databricks.sdk.config import Config
-from databricks.sdk.errors import NotFound
+from databricks.sdk.errors import NotFound, PermissionDenied
 from databricks.sdk.errors.base import DatabricksError
 from databricks.sdk.service.catalog import ColumnInfo, TableInfo, TableOperation
 from databricks.sdk.service.sql import (
@@ -380,17 +381,29 @@ class UnityCatalog:
 
     def vend_credentials(self, table: str, access: Access) -> VendedCredentials:
         name = TableName.parse(table)
-        if access is Access.WRITE:
-            raise NotSupportedError(
-                f"write credentials for {name}: Unity Catalog vends only READ credentials for managed Delta "
-                "tables; producers write through Zerobus with the OAuth service principal instead"
-            )
         raw = self._raw_table(name)
         if raw is None or not raw.get("table_id"):
             raise CatalogError(f"vend_credentials: table {name} does not exist in Unity Catalog")
-        response = self._client.temporary_table_credentials.generate_temporary_table_credentials(
-            table_id=str(raw["table_id"]), operation=TableOperation.READ
-        )
+        table_type = str(raw.get("table_type") or "")
+        data_format = str(raw.get("data_source_format") or "DELTA")
+        if access is Access.WRITE and table_type == "MANAGED" and data_format != "ICEBERG":
+            # Unity Catalog answers PERMISSION_DENIED here; say why and what to do instead.
+            raise NotSupportedError(
+                f"write credentials for {name}: it is a MANAGED {data_format} table, and Unity Catalog "
+                "vends write credentials only for EXTERNAL tables (and managed Iceberg tables); producers "
+                "write managed tables through Zerobus with the OAuth service principal instead"
+            )
+        operation = TableOperation.READ_WRITE if access is Access.WRITE else TableOperation.READ
+        try:
+            response = self._client.temporary_table_credentials.generate_temporary_table_credentials(
+                table_id=str(raw["table_id"]), operation=operation
+            )
+        except PermissionDenied as exc:
+            raise CatalogError(
+                f"vend_credentials: Unity Catalog refused {operation.value} credentials for {name} "
+                f"({table_type or 'unknown'} table): {exc}. The caller needs EXTERNAL USE SCHEMA on the "
+                "schema and the metastore needs external data access enabled"
+            ) from exc
         if response.expiration_time is None:
             raise CatalogError(f"vend_credentials for {name}: the response carries no expiration_time")
         options: dict[str, SecretStr] = {}

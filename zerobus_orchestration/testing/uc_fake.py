@@ -15,7 +15,8 @@ Served (stdlib ``ThreadingHTTPServer`` on 127.0.0.1, a free port):
 - ``GET|DELETE /api/2.1/unity-catalog/tables/{full_name}``, ``GET /api/2.1/unity-catalog/tables``
   (TableInfo JSON with ``columns[].type_text/type_json/type_name/comment/nullable/position``,
   ``properties``, ``table_id``, ``storage_location``, ``delta_uniform_iceberg``);
-- ``POST /api/2.0/unity-catalog/temporary-table-credentials`` (READ; READ_WRITE refused on managed tables);
+- ``POST /api/2.0/unity-catalog/temporary-table-credentials`` (READ; READ_WRITE only for EXTERNAL
+  tables, made with ``CREATE TABLE ... LOCATION``: Unity Catalog refuses it for managed Delta tables);
 - ``POST /api/2.0/sql/statements``, ``GET /api/2.0/sql/statements/{id}``, ``POST .../{id}/cancel``: DDL
   parsed with sqlglot and applied at submission (see ``uc_sql``); failures come back as
   ``status.state == "FAILED"`` with ``error{error_code, message}``, the Databricks error class in
@@ -507,7 +508,7 @@ class _Handler(BaseHTTPRequestHandler):
         if operation not in ("READ", "READ_WRITE"):
             self._error(400, "INVALID_PARAMETER_VALUE", f"Unknown operation {operation!r}")
             return
-        if operation == "READ_WRITE":
+        if operation == "READ_WRITE" and table.table_type == "MANAGED":
             self._error(
                 403,
                 "PERMISSION_DENIED",

@@ -1,7 +1,8 @@
 """Statement execution for the fake: Databricks SQL DDL parsed with sqlglot, applied to the metastore.
 
 Supported (anything else FAILS loudly, so a renderer emitting something new is noticed):
-``CREATE TABLE [IF NOT EXISTS] t (cols) [USING DELTA] [COMMENT '...'] [TBLPROPERTIES (...)]``,
+``CREATE TABLE [IF NOT EXISTS] t (cols) [USING DELTA] [LOCATION 'uri'] [COMMENT '...'] [TBLPROPERTIES (...)]``
+(``LOCATION`` makes an EXTERNAL table, as on Databricks),
 ``ALTER TABLE t ADD COLUMN[S] (...)``, ``ALTER TABLE t ALTER COLUMN c COMMENT '...'``,
 ``ALTER TABLE t ALTER COLUMN c [SET DATA] TYPE T``, ``ALTER TABLE t SET TBLPROPERTIES (...)``,
 ``COMMENT ON COLUMN t.c IS '...'``, ``COMMENT ON TABLE t IS '...'``, ``DROP TABLE [IF EXISTS] t``,
@@ -177,8 +178,9 @@ class SqlEngine:
                 )
             seen.add(column.name.lower())
             table.columns.append(column)
-        properties, comment = _create_properties(tree)
+        properties, comment, location = _create_properties(tree)
         table.comment = comment
+        table.location = location
         table.apply_properties(properties, creating=True)
         table.note_column_types()
         self.metastore.add(table)
@@ -348,19 +350,23 @@ def _property_pairs(node: exp.Expression) -> dict[str, str]:
     return pairs
 
 
-def _create_properties(tree: exp.Create) -> tuple[dict[str, str], str | None]:
+def _create_properties(tree: exp.Create) -> tuple[dict[str, str], str | None, str | None]:
+    """TBLPROPERTIES, the table comment and the LOCATION of a CREATE TABLE."""
     props_node = tree.args.get("properties")
     if props_node is None:
-        return {}, None
+        return {}, None, None
     comment: str | None = None
+    location: str | None = None
     for prop in props_node.expressions:
         if isinstance(prop, exp.SchemaCommentProperty):
             comment = str(prop.this.this)
+        elif isinstance(prop, exp.LocationProperty):
+            location = str(prop.this.this).rstrip("/")
         elif isinstance(prop, exp.FileFormatProperty) and prop.name.upper() != "DELTA":
             raise StatementFailure(
                 "UNSUPPORTED_STATEMENT", f"Only USING DELTA tables are supported, not {prop.name}."
             )
-    return _property_pairs(props_node), comment
+    return _property_pairs(props_node), comment, location
 
 
 def _copy_table(table: FakeTable) -> FakeTable:
@@ -379,6 +385,7 @@ def _copy_table(table: FakeTable) -> FakeTable:
         converted_delta_version=table.converted_delta_version,
         converted_at=table.converted_at,
         comment=table.comment,
+        location=table.location,
     )
 
 

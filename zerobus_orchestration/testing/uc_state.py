@@ -82,13 +82,21 @@ class FakeTable:
     converted_at: int | None = None
     comment: str | None = None
     history: list[tuple[int, int, str]] = field(default_factory=list)  # (version, timestamp ms, operation)
+    # ``CREATE TABLE ... LOCATION '<uri>'`` makes an EXTERNAL table there; None: MANAGED, under the root.
+    location: str | None = None
 
     @property
     def full_name(self) -> str:
         return f"{self.catalog}.{self.schema}.{self.name}"
 
     @property
+    def table_type(self) -> str:
+        return "EXTERNAL" if self.location is not None else "MANAGED"
+
+    @property
     def storage_location(self) -> str:
+        if self.location is not None:
+            return self.location
         return f"{self.storage_root.rstrip('/')}/tables/{self.table_id}"
 
     def column(self, name: str) -> FakeColumn | None:
@@ -264,7 +272,7 @@ class FakeTable:
             "catalog_name": self.catalog,
             "schema_name": self.schema,
             "full_name": self.full_name,
-            "table_type": "MANAGED",
+            "table_type": self.table_type,
             "data_source_format": "DELTA",
             "table_id": self.table_id,
             "storage_location": self.storage_location,
