@@ -173,3 +173,47 @@ def test_to_transport_error_keeps_class_text_and_causes() -> None:
         "MISSING_REQUIRED_COLUMN",
         "TYPE_INCOMPATIBLE",
     )
+
+
+SCHEMA_CAUSES_TABLE = [
+    # (exception, expected causes)
+    (
+        FakeRpcError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "schema check failed",
+            _schema_status_trailer("FIELD_NOT_IN_TABLE"),
+        ),
+        ("FIELD_NOT_IN_TABLE",),
+    ),
+    (
+        FakeRpcError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "bad",
+            _schema_status_trailer("MISSING_REQUIRED_COLUMN, TYPE_INCOMPATIBLE,,TYPE_INCOMPATIBLE"),
+        ),
+        ("MISSING_REQUIRED_COLUMN", "TYPE_INCOMPATIBLE"),
+    ),
+    (
+        FakeRpcError(grpc.StatusCode.INVALID_ARGUMENT, "FIELD_COUNT_MISMATCH", _schema_status_trailer("")),
+        ("FIELD_COUNT_MISMATCH",),  # no metadata causes: the text is the fallback
+    ),
+    (
+        NonRetriableException("Invalid schema: SCHEMA_VALIDATION_FAILED causes=FIELD_OUT_OF_ORDER"),
+        ("FIELD_OUT_OF_ORDER",),
+    ),
+    (SchemaRejectedError("x", causes=["TYPE_INCOMPATIBLE"]), ("TYPE_INCOMPATIBLE",)),
+    (FakeRpcError(grpc.StatusCode.INVALID_ARGUMENT, "bad row"), ()),
+]
+
+
+@pytest.mark.parametrize(("exc", "expected"), SCHEMA_CAUSES_TABLE)
+def test_schema_causes(exc: BaseException, expected: tuple[str, ...]) -> None:
+    assert schema_causes(exc) == expected
+
+
+def test_to_transport_error_carries_the_error_info_causes() -> None:
+    raw = FakeRpcError(
+        grpc.StatusCode.INVALID_ARGUMENT, "schema check failed", _schema_status_trailer("FIELD_NOT_IN_TABLE")
+    )
+    wrapped = to_transport_error(raw, "ingest into main.raw.orders")
+    assert isinstance(wrapped, SchemaRejectedError) and wrapped.causes == ("FIELD_NOT_IN_TABLE",)

@@ -195,21 +195,29 @@ def grpc_code_name(exc: BaseException) -> str | None:
 
 
 def schema_causes(exc: BaseException) -> tuple[str, ...]:
-    """``SCHEMA_VALIDATION_FAILED`` causes from an ErrorInfo detail or the exception text."""
+    """``SCHEMA_VALIDATION_FAILED`` causes: our own ``causes``, else the ErrorInfo ``causes`` metadata
+    (comma-separated, reference/zerobus-protocol.md §3), else the tokens found in the exception text."""
     causes = getattr(exc, "causes", None)
     if causes:
         return tuple(causes)
+    info = _error_info(exc)
+    if info is not None and info[0] == "SCHEMA_VALIDATION_FAILED":
+        listed = [token.strip() for token in info[1].get("causes", "").split(",")]
+        if any(listed):
+            # Kept as sent, unknown tokens included: the service may add causes before we know them.
+            return tuple(dict.fromkeys(token for token in listed if token))
     return tuple(dict.fromkeys(_CAUSES.findall(str(exc))))
 
 
 def _is_schema_rejection(exc: BaseException, text: str) -> bool:
     if any(marker in text for marker in _SCHEMA_MARKERS):
         return True
-    return _error_info_reason(exc) == "SCHEMA_VALIDATION_FAILED"
+    info = _error_info(exc)
+    return info is not None and info[0] == "SCHEMA_VALIDATION_FAILED"
 
 
-def _error_info_reason(exc: BaseException) -> str | None:
-    """The ``google.rpc.ErrorInfo`` reason in a grpc error's trailing status details, if any."""
+def _error_info(exc: BaseException) -> tuple[str, dict[str, str]] | None:
+    """(reason, metadata) of the ``google.rpc.ErrorInfo`` in a grpc error's trailing status details."""
     trailing = getattr(exc, "trailing_metadata", None)
     if not callable(trailing):
         return None
@@ -223,7 +231,7 @@ def _error_info_reason(exc: BaseException) -> str | None:
             for detail in status.details:
                 info = error_details_pb2.ErrorInfo()
                 if detail.Unpack(info):
-                    return str(info.reason)
+                    return str(info.reason), {str(k): str(v) for k, v in info.metadata.items()}
     except Exception:  # a malformed detail must not hide the original error's class
         return None
     return None

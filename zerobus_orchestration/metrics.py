@@ -52,7 +52,8 @@ class SinkMetrics:
         )
         self.ack_lane_poisoned = Counter(
             "zerobus_ack_lane_poisoned_total",
-            "Ack lanes stopped by a failed stream.",
+            "Ack lanes stopped by a poisoned stream (error class poison only; lanes stopped by exhausted "
+            "transient retries or fatal errors are not counted: they show in rebuilds and retries).",
             _STREAM_LABELS,
             registry=r,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -25,6 +26,7 @@ from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.sink import (
     CoverageNotRecordedError,
     DeliveryFailedError,
+    PoisonedBatchError,
     StreamPool,
     SubmitFailedError,
     ZerobusSink,
@@ -630,4 +632,129 @@ def test_a_stream_opened_with_the_old_schema_during_a_schema_change_is_reopened(
     stale = transport.streams(TABLE)[0]
     assert stale.schema.equals(old) and not stale.is_live  # drained and closed, never served
     assert pool.health().rebuilds == 0  # a re-open for a schema is not a rebuild
+    pool.close()
+
+
+def rejects_minus_one(batch: pa.RecordBatch) -> bool:
+    return -1 in batch.column("v").to_pylist()
+
+
+def test_a_batch_rejected_at_every_ack_is_given_up_after_bounded_rebuilds_and_the_rest_delivers(
+    metrics: SinkMetrics,
+) -> None:
+    """The service rejects one batch whenever a stream reaches it: re-sending it forever was a reopen
+    loop with a flush that never returned. It must cost ``poisoned_submit_attempts`` streams, then fail
+    alone, while the batches queued behind it on the same dead streams are still delivered."""
+    recorder = CountingRecorder()
+    transport = MemoryTransport(LatencyModel(base_s=0.001), FaultPlan(rejects_batch=rejects_minus_one))
+    attempts = 3
+    pool, sink = make(
+        transport,
+        metrics,
+        recorder,
+        min_streams=1,
+        open_backoff_initial_s=0.01,
+        open_backoff_max_s=0.02,
+        poisoned_submit_attempts=attempts,
+    )
+    receipts = sink.send([rows(0, 3), pa.record_batch({"v": pa.array([7, -1], pa.int64())}), rows(10, 3)])
+    with pytest.raises(DeliveryFailedError, match=rf"{TABLE}: 1 batch\(es\) were not delivered"):
+        sink.flush(timeout=30)
+    with pytest.raises(
+        PoisonedBatchError,
+        match=rf"{TABLE}: one batch \(2 row\(s\), positions \[3, 5\)\) was rejected at acknowledgement "
+        rf"by {attempts} stream\(s\).*INVALID_ARGUMENT.*Fix: check the batch",
+    ):
+        receipts[1].durable(timeout=5)
+    assert receipts[0].durable(timeout=5) == OffsetRange(0, 3)
+    assert receipts[2].durable(timeout=5) == OffsetRange(5, 8)
+    assert transport.open_attempts == attempts + 1  # each stream the batch killed, and the one after
+    health = pool.health()
+    assert (health.failed_batches, health.poisoned, health.pending) == (1, attempts, 0)
+    assert recorder.spans() == [OffsetRange(0, 3), OffsetRange(5, 8)] and recorder.recorded_twice() == []
+    with pytest.raises(DeliveryFailedError):
+        pool.close(timeout=10)
+    assert transport.open_attempts == attempts + 1
+
+
+def test_every_stream_dying_at_its_first_batch_costs_bounded_opens_with_backoff_between_rebuilds(
+    metrics: SinkMetrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    transport = MemoryTransport(LatencyModel(base_s=0.001), FaultPlan(poison_at={i: 0 for i in range(1000)}))
+    attempts = 3
+    pool, sink = make(
+        transport,
+        metrics,
+        min_streams=1,
+        open_backoff_initial_s=0.01,
+        open_backoff_max_s=0.02,
+        poisoned_submit_attempts=attempts,
+    )
+    with caplog.at_level("WARNING"):
+        receipt = sink.send(rows(0, 2))[0]
+        with pytest.raises(DeliveryFailedError):
+            sink.flush(timeout=30)
+    with pytest.raises(PoisonedBatchError):
+        receipt.durable(timeout=5)
+    wait_for(lambda: pool.health().alive == 1)  # a fresh stream, with nothing left to re-send
+    time.sleep(0.1)  # room for a loop to show, if there were one
+    # The first stream and one per poisoning; every rebuild after a barren stream was backed off.
+    assert transport.open_attempts == attempts + 1
+    assert caplog.text.count("without delivering anything; next rebuild in") == attempts - 1
+    with pytest.raises(DeliveryFailedError):
+        pool.close(timeout=10)
+
+
+def test_a_lane_stopped_by_exhausted_transient_retries_is_not_counted_as_poisoned(
+    metrics: SinkMetrics,
+) -> None:
+    """The runbook tells "our stream died" (poisoned) from a struggling service; only POISON counts."""
+    transport = MemoryTransport(LatencyModel(base_s=0.001), FaultPlan(transient_wait_failures={0: 50}))
+    pool, sink = make(transport, metrics, min_streams=1, transient_retries=1)
+    receipt = sink.send(rows(0, 3))[0]
+    sink.flush(timeout=30)
+    assert receipt.durable(timeout=5) == OffsetRange(0, 3)
+    health = pool.health()
+    assert (health.lane_failures, health.rebuilds, health.poisoned) == (1, 1, 0)
+    assert metrics.sample("zerobus_ack_lane_poisoned_total", {"table": TABLE, "stream": "0"}) == 0
+    assert metrics.sample("zerobus_ack_lane_retry_total", {"table": TABLE, "stream": "0"}) == 1
+    pool.close()
+
+
+class HangsAfterDying(MemoryTransport):
+    """The first stream fails its first ack wait, then hangs every later wait (and so its close)."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.release = threading.Event()
+
+    def open_stream(self, table: str, schema: pa.Schema) -> MemoryStream:
+        stream = super().open_stream(table, schema)
+        if stream.open_index != 0:
+            return stream
+        calls = itertools.count()
+
+        def dying_then_hanging(offset: int) -> None:
+            if next(calls) == 0:
+                raise StreamPoisonedError(f"{table}: INVALID_ARGUMENT: stream died")
+            self.release.wait()
+            raise StreamPoisonedError(f"{table}: released")
+
+        stream.wait_for_offset = dying_then_hanging  # type: ignore[method-assign]
+        return stream
+
+
+def test_a_dead_stream_whose_waits_hang_cannot_hold_its_rebuild_forever(metrics: SinkMetrics) -> None:
+    recorder = CountingRecorder()
+    transport = HangsAfterDying(latency=LatencyModel(base_s=0.001))
+    pool, sink = make(transport, metrics, recorder, min_streams=1, rebuild_budget_s=0.5)
+    try:
+        receipts = sink.send([rows(0, 2), rows(2, 2), rows(4, 2)])
+        sink.flush(timeout=30)  # the salvage gives up at rebuild_budget_s; everything is re-sent
+        assert [r.durable(timeout=5) for r in receipts] == [r.span for r in receipts]
+        assert transport.open_attempts == 2
+        assert recorder.covered() == 6 and recorder.recorded_twice() == []
+        assert pool.health().rebuilds == 1
+    finally:
+        transport.release.set()
     pool.close()

@@ -166,3 +166,29 @@ def test_close_flushes_and_is_idempotent() -> None:
     assert stream.unacked() == []
     with pytest.raises(StreamPoisonedError):
         stream.submit(batch(9))
+
+
+def test_a_rejected_batch_fails_every_stream_that_reaches_it() -> None:
+    transport = MemoryTransport(faults=FaultPlan(rejects_batch=lambda b: b.column("i")[0].as_py() == 1))
+    for _ in range(2):  # unlike poison_at, the fault follows the batch onto a rebuilt stream
+        stream = transport.open_stream(T, SCHEMA)
+        stream.submit(batch(0))
+        stream.submit(batch(1))
+        stream.wait_for_offset(0)
+        with pytest.raises(StreamPoisonedError, match="INVALID_ARGUMENT"):
+            stream.wait_for_offset(1)
+        assert [b.column("i")[0].as_py() for b in stream.unacked()] == [1]
+    assert transport.durable_rows(T) == 2
+
+
+def test_held_acks_stall_one_stream_while_the_others_acknowledge() -> None:
+    transport = MemoryTransport()
+    held, other = transport.open_stream(T, SCHEMA), transport.open_stream(T, SCHEMA)
+    held.hold_acks()
+    held.submit(batch(0))
+    other.submit(batch(1))
+    other.wait_for_offset(0)
+    assert held.durable_offset == -1
+    held.release_acks()
+    held.wait_for_offset(0)
+    assert transport.durable_rows(T) == 2

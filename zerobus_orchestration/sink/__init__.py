@@ -16,12 +16,13 @@ from zerobus_orchestration.sink.health import PoolHealth, StreamHealth
 from zerobus_orchestration.sink.pool import (
     CoverageNotRecordedError,
     DeliveryFailedError,
+    PoisonedBatchError,
     PoolUnavailableError,
     StreamPool,
     SubmitFailedError,
     Submitted,
 )
-from zerobus_orchestration.sink.sink import CommitInfo, OffsetSpan, Receipt, ZerobusSink
+from zerobus_orchestration.sink.sink import CommitInfo, OffsetSpan, PartialSendError, Receipt, ZerobusSink
 
 __all__ = [
     "AckLane",
@@ -37,7 +38,9 @@ __all__ = [
     "LaneUnavailable",
     "NoConfirm",
     "OffsetSpan",
+    "PartialSendError",
     "PendingAck",
+    "PoisonedBatchError",
     "PoolHealth",
     "PoolUnavailableError",
     "RawAnchor",

@@ -13,8 +13,10 @@ stream (Little's law), and at most ``capacity`` batches per stream are alive in 
 input size.
 
 Failures: a transient wait failure is retried in place (nothing is re-advanced, nothing confirmed
-twice). A poisoned stream stops the lane: what the dead stream still reports durable is confirmed,
-the rest is kept for the pool, which rebuilds the stream and re-submits it.
+twice). A poisoned stream stops the lane: what the dead stream still reports durable is confirmed
+(within ``salvage_timeout_s``), the rest is kept for the pool, which rebuilds the stream and
+re-submits it. The first batch kept is blamed for the death (``PendingAck.poisoned``), so the pool can
+stop re-sending a batch the service rejects every time.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from zerobus_orchestration.sink.confirmation import (
     PendingAck,
     check_lane,
     fire_all,
-    span_of,
 )
 from zerobus_orchestration.sink.health import SampleReservoir
 from zerobus_orchestration.transport.base import Stream
@@ -87,6 +88,7 @@ class AckLane:
         transient_retries: int = 5,
         retry_backoff_s: float = 0.05,
         delivered: int = 0,
+        salvage_timeout_s: float = 60.0,
     ) -> None:
         if capacity < 1:
             raise ValueError("ack channel capacity must be >= 1")
@@ -98,6 +100,7 @@ class AckLane:
         self._observer = observer
         self._transient_retries = transient_retries
         self._retry_backoff_s = retry_backoff_s
+        self._salvage_timeout_s = salvage_timeout_s
         self._cond = threading.Condition()
         self._queue: deque[PendingAck] = deque()
         self._in_hand: list[PendingAck] = []
@@ -332,11 +335,8 @@ class AckLane:
                 exc,
             )
         for item in burst:
-            if item.future is not None and not item.future.done():
-                if failure is not None and not isinstance(item.confirmation, NoConfirm):
-                    item.future.set_exception(failure)
-                else:
-                    item.future.set_result(span_of(item.confirmation))
+            unrecorded = failure is not None and not isinstance(item.confirmation, NoConfirm)
+            item.settle(failure if unrecorded else None)
             self._telemetry.latency.add(now - item.submitted_at)
             self._m_latency.observe(now - item.submitted_at)
         rows, nbytes = sum(item.rows for item in burst), sum(item.nbytes for item in burst)
@@ -364,22 +364,23 @@ class AckLane:
             self._queue.clear()
             self._in_hand = burst
             self._cond.notify_all()
-        salvaged: list[PendingAck] = []
-        if error_class is ErrorClass.POISON:
-            for item in burst:
-                try:
-                    self.stream.wait_for_offset(item.offset)
-                except Exception:
-                    break
-                salvaged.append(item)
+        salvaged = self._salvage(burst) if error_class is ErrorClass.POISON else []
         if salvaged:
             self._confirm(salvaged)
+        kept = burst[len(salvaged) :]
+        if error_class is ErrorClass.POISON and kept:
+            # Acks are cumulative and in order, so the stream died at its first unacknowledged batch.
+            # Blaming only that one keeps the batches queued behind it from being given up with it.
+            kept[0] = kept[0].poisoned(time.monotonic())
         with self._cond:
-            self._kept = burst[len(salvaged) :]
+            self._kept = kept
             self._in_hand = []
             self.error, self.error_class = error, error_class
             self._cond.notify_all()
-        self._m_poisoned.inc()
+        if error_class is ErrorClass.POISON:
+            # Only a dead stream counts here: an exhausted transient retry or a fatal error is not the
+            # "our stream died" signal the runbook branches on (see metrics.py).
+            self._m_poisoned.inc()
         log.warning(
             "ack lane %s (%s): stream failed (%s), %d confirmed from the dead stream, %d kept: %s",
             self._telemetry.stream_label,
@@ -391,3 +392,41 @@ class AckLane:
         )
         if self._observer is not None:
             self._observer.on_lane_failed(self, error, error_class)
+
+    def _salvage(self, burst: list[PendingAck]) -> list[PendingAck]:
+        """The leading batches of ``burst`` the dead stream still reports durable.
+
+        Waited for on a helper thread, for at most ``salvage_timeout_s``: ``wait_for_offset`` takes no
+        timeout, and a dead stream whose waits hang would otherwise hold this lane, and with it the
+        member's rebuild, forever. Only what the helper saw acknowledged by the deadline is returned;
+        what it sees later is re-sent (at-least-once), never confirmed without an ack.
+        """
+        lock = threading.Lock()
+        acknowledged = [0]
+
+        def probe() -> None:
+            for item in burst:
+                try:
+                    self.stream.wait_for_offset(item.offset)
+                except Exception:
+                    return
+                with lock:
+                    acknowledged[0] += 1
+
+        helper = threading.Thread(
+            target=probe, name=f"zerobus-salvage-{self._telemetry.stream_label}", daemon=True
+        )
+        helper.start()
+        helper.join(self._salvage_timeout_s)
+        with lock:
+            count = acknowledged[0]
+        if helper.is_alive():
+            log.warning(
+                "ack lane %s (%s): the dead stream did not answer within %.1fs; %d batch(es) salvaged, "
+                "the rest is re-sent",
+                self._telemetry.stream_label,
+                self.stream.stream_id,
+                self._salvage_timeout_s,
+                count,
+            )
+        return burst[:count]

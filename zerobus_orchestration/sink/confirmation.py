@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import pyarrow as pa
@@ -83,6 +83,38 @@ def check_lane(lane: LaneKind, confirmation: Confirmation) -> None:
         )
 
 
+class InFlightBatches:
+    """How many batches of one writer are submitted and not yet settled (durable, or failed for good).
+
+    A sink's ``flush`` waits on this rather than on the pool going idle: the pool is shared, so a busy
+    sibling sink would otherwise keep it from ever returning. A batch is settled exactly once, through
+    ``PendingAck.settle``, wherever it ends: confirmed by its lane or failed by the pool.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._count = 0
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def add(self) -> None:
+        with self._cond:
+            self._count += 1
+
+    def settle(self) -> None:
+        with self._cond:
+            self._count = max(0, self._count - 1)
+            if self._count == 0:
+                self._cond.notify_all()
+
+    def wait_settled(self, timeout: float | None = None) -> bool:
+        """Wait until nothing is in flight. False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._count == 0, timeout)
+
+
 @dataclass(frozen=True, eq=False)
 class PendingAck:
     """One submitted batch waiting for its durable acknowledgement.
@@ -92,6 +124,10 @@ class PendingAck:
     ``batch`` is kept only so a poisoned stream's unacknowledged batches can be re-submitted.
     ``rows`` / ``nbytes`` are measured once, here (``batch.nbytes`` walks every buffer); pass
     ``nbytes`` when the caller already measured it.
+    ``poisonings``: how many streams died at this batch (it was their first unacknowledged one), and
+    ``first_poisoned_at`` when the first did; the pool stops re-sending a batch the service keeps
+    rejecting instead of rebuilding streams for it forever.
+    ``tracker``: the in-flight count of the writer that submitted it (see ``InFlightBatches``).
     """
 
     lane: LaneKind
@@ -104,6 +140,9 @@ class PendingAck:
     resubmitted: bool = False
     rows: int = -1
     nbytes: int = -1
+    poisonings: int = 0
+    first_poisoned_at: float | None = None
+    tracker: InFlightBatches | None = None
 
     def __post_init__(self) -> None:
         check_lane(self.lane, self.confirmation)
@@ -125,7 +164,29 @@ class PendingAck:
             resubmitted=True,
             rows=self.rows,
             nbytes=self.nbytes,
+            poisonings=self.poisonings,
+            first_poisoned_at=self.first_poisoned_at,
+            tracker=self.tracker,
         )
+
+    def poisoned(self, now: float) -> PendingAck:
+        """The same pending batch, blamed for one more stream that died at it."""
+        return replace(
+            self,
+            poisonings=self.poisonings + 1,
+            first_poisoned_at=now if self.first_poisoned_at is None else self.first_poisoned_at,
+        )
+
+    def settle(self, error: BaseException | None = None) -> None:
+        """Resolve the receipt (to the span, or with ``error``) and count the batch out of its writer's
+        in-flight batches. Call once per batch, when it is confirmed or given up on."""
+        if self.future is not None and not self.future.done():
+            if error is None:
+                self.future.set_result(span_of(self.confirmation))
+            else:
+                self.future.set_exception(error)
+        if self.tracker is not None:
+            self.tracker.settle()
 
 
 def span_of(confirmation: Confirmation) -> OffsetRange | None:

@@ -75,6 +75,7 @@ class PoolHealth:
     concurrency_rejects: int
     ack_retries: int
     poisoned: int
+    """Ack lanes stopped by a poisoned stream (error class POISON): "our stream died"."""
     coalesce_ratio_p50: float | None
     coalesce_ratio_mean: float | None
     delivery_latency_p50_s: float | None
@@ -86,6 +87,8 @@ class PoolHealth:
     supervisor_errors: int = 0
     """Unexpected errors the pool's supervisor logged and survived (each one is in the log)."""
     last_supervisor_error: str | None = None
+    lane_failures: int = 0
+    """Ack lanes stopped for any cause: poisoned, transient retries exhausted, or fatal."""
     confirm_errors: int = 0
     """Batches acknowledged durable whose coverage range could not be recorded (each one is in the log).
 

@@ -7,8 +7,12 @@ Every open happens on the pool's supervisor thread, never on the ingest path: pu
 healthy member, reserve an in-flight slot on its lane and submit. The supervisor also rebuilds
 poisoned members (within ``rebuild_budget_s``; the other members keep serving) and retries refused
 opens with exponential backoff and jitter shared by the whole pool, so repeated concurrency rejects
-can never turn into a reopen storm. A member that failed beyond repair for a cause a retry can fix is
-re-opened after ``failed_member_cooldown_s``; fatal and schema-rejected members stay failed.
+can never turn into a reopen storm. A member whose rebuilt stream fails again before delivering anything
+waits out its own jittered backoff before the next rebuild. A batch the service rejects at acknowledgement
+every time is given up (its receipt fails, ``flush`` raises) once ``poisoned_submit_attempts`` streams died
+at it or ``rebuild_budget_s`` passed since the first did; the batches behind it are re-sent. A member that
+failed beyond repair for a cause a retry can fix is re-opened after ``failed_member_cooldown_s``; fatal and
+schema-rejected members stay failed.
 """
 
 from __future__ import annotations
@@ -29,7 +33,14 @@ from zerobus_orchestration.errors import ErrorClass, SinkClosedError, ZerobusOrc
 from zerobus_orchestration.metrics import SinkMetrics, default_metrics
 from zerobus_orchestration.ranges import CoverageRecorder, OffsetRange
 from zerobus_orchestration.sink.ack_lane import AckLane, LaneState, LaneTelemetry, LaneUnavailable
-from zerobus_orchestration.sink.confirmation import Confirmation, LaneKind, PendingAck, check_lane
+from zerobus_orchestration.sink.confirmation import (
+    Confirmation,
+    InFlightBatches,
+    LaneKind,
+    PendingAck,
+    check_lane,
+    span_of,
+)
 from zerobus_orchestration.sink.health import PoolHealth, SampleReservoir, StreamHealth
 from zerobus_orchestration.transport.base import Stream, Transport
 
@@ -56,6 +67,14 @@ class DeliveryFailedError(ZerobusOrchestrationError, RuntimeError):
 
 class CoverageNotRecordedError(ZerobusOrchestrationError, RuntimeError):
     """Batches were delivered durably, but recording their coverage failed: a resume would re-send them."""
+
+
+class PoisonedBatchError(DeliveryFailedError):
+    """The service kept rejecting one batch at acknowledgement; it is not re-sent any more.
+
+    Set on that batch's receipt and counted in ``failed_batches``, so ``flush`` raises
+    ``DeliveryFailedError``. The other batches of the dead streams are re-sent as usual.
+    """
 
 
 class SubmitFailedError(ZerobusOrchestrationError, RuntimeError):
@@ -113,6 +132,12 @@ class _Member:
     """The exact schema ``stream`` was opened with (the service refuses batches of any other)."""
     rebuild_started: float | None = None
     fatal: BaseException | None = None
+    last_loss: BaseException | None = None
+    """Why batches of this member were last given up (for ``DeliveryFailedError``); kept after a re-open."""
+    barren_failures: int = 0
+    """Consecutive streams of this member that failed before confirming anything (drives its backoff)."""
+    open_not_before: float = 0.0
+    """The member's next stream is not opened before this (``time.monotonic()``)."""
     counts_as_rebuild: bool = False
     resubmit: list[PendingAck] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -175,6 +200,7 @@ class StreamPool:
         self.open_attempts = 0
         self.open_refusals = 0
         self.lane_failures = 0
+        self.lane_poisonings = 0
         self.supervisor_errors = 0
         self.last_supervisor_error: str | None = None
         self._coalesce = SampleReservoir()
@@ -186,6 +212,11 @@ class StreamPool:
     @property
     def closing(self) -> bool:
         return self._closing
+
+    @property
+    def closed(self) -> bool:
+        """``close`` ran: nothing in flight settles any more."""
+        return self._closed
 
     @property
     def opened(self) -> bool:
@@ -259,6 +290,7 @@ class StreamPool:
         key: str | None = None,
         future: Future[OffsetRange | None] | None = None,
         nbytes: int | None = None,
+        tracker: InFlightBatches | None = None,
     ) -> Submitted:
         """Submit ``batch`` on a healthy member without waiting for durability.
 
@@ -266,6 +298,7 @@ class StreamPool:
         ``healthy_member_wait_s``, while no member is healthy. A submit that poisons its stream is
         retried on a rebuilt stream a few times, backed off; see ``_pause_after_poisoned_submit``.
         ``nbytes``: the batch's size if the caller already knows it (saves recomputing it).
+        ``tracker``: counts the batch as in flight until it is settled (a sink's own ``flush`` waits on it).
         """
         check_lane(self.lane_kind, confirmation)
         if self._schema is None:
@@ -303,6 +336,8 @@ class StreamPool:
                 else:
                     seq = member.next_seq
                     member.next_seq += 1
+                    if tracker is not None:
+                        tracker.add()  # before the lane can confirm it, so the count never goes below zero
                     lane.put(
                         PendingAck(
                             self.lane_kind,
@@ -313,6 +348,7 @@ class StreamPool:
                             batch,
                             future,
                             nbytes=batch.nbytes if nbytes is None else nbytes,
+                            tracker=tracker,
                         )
                     )
                     return Submitted(member.index, seq, offset)
@@ -400,6 +436,8 @@ class StreamPool:
     def on_lane_failed(self, lane: AckLane, error: BaseException, error_class: ErrorClass) -> None:
         with self._cond:
             self.lane_failures += 1
+            if error_class is ErrorClass.POISON:
+                self.lane_poisonings += 1
         for member in self._members:
             with member.lock:
                 if member.lane is lane and member.state is MemberState.HEALTHY:
@@ -437,7 +475,7 @@ class StreamPool:
                 due = [
                     m
                     for m in self._members
-                    if m.state is MemberState.REBUILDING
+                    if (m.state is MemberState.REBUILDING and self._rebuild_due(m, now))
                     or (m.state is MemberState.OPENING and not self._closing)
                     or self._reopen_due(m, now)
                 ]
@@ -449,6 +487,11 @@ class StreamPool:
                             for m in self._members
                             if m.state is MemberState.FAILED and m.reopen_at is not None
                         ]
+                    wake += [
+                        m.open_not_before
+                        for m in self._members
+                        if m.state is MemberState.REBUILDING and m.open_not_before > now
+                    ]
                     timeout = min(wake) - now if wake else None
                     self._cond.wait(timeout if timeout is None else max(timeout, 0.001))
                     continue
@@ -461,6 +504,11 @@ class StreamPool:
                     self._consecutive_supervisor_errors = 0
                 if time.monotonic() < self._open_not_before:
                     break  # a reject: every pending open waits out the same backoff
+
+    @staticmethod
+    def _rebuild_due(member: _Member, now: float) -> bool:
+        # An old lane still to retire is always due: retiring collects its batches and sets the backoff.
+        return member.lane is not None or now >= member.open_not_before
 
     def _reopen_due(self, member: _Member, now: float) -> bool:
         return (
@@ -522,6 +570,7 @@ class StreamPool:
         if lane.thread_alive:
             return False  # still waiting on the old stream; try again on the next pass
         kept = lane.take_unconfirmed()
+        failed = lane.state is LaneState.FAILED
         with member.lock:
             member.delivered_base = lane.delivered
             member.rows_delivered_base += lane.rows_delivered
@@ -531,18 +580,118 @@ class StreamPool:
             member.resubmit = sorted([*member.resubmit, *kept], key=lambda item: item.seq)
             member.lane = None
             member.stream = None
+            dropped = self._drop_rejected_locked(member) if lane.error is not None else []
+            if failed:
+                self._pace_rebuild_locked(member, barren=lane.confirmed == 0)
+        self._give_up(member, dropped, lane.error)
         if stream is not None:
-            try:
-                stream.close()
-            except Exception as exc:  # a dead stream may refuse to close; its batches were collected
-                log.info("%s: closing failed stream %s: %s", self.table, stream.stream_id, exc)
+            if failed:
+                # A dead stream's close may hang (it flushes first); its batches are collected, so it
+                # must not hold the supervisor, which repairs every member.
+                threading.Thread(
+                    target=self._close_quietly, args=(stream,), name="zerobus-close-dead", daemon=True
+                ).start()
+            else:
+                self._close_quietly(stream)
         return True
+
+    def _close_quietly(self, stream: Stream) -> None:
+        try:
+            stream.close()
+        except Exception as exc:  # a dead stream may refuse to close; its batches were collected
+            log.info("%s: closing failed stream %s: %s", self.table, stream.stream_id, exc)
+
+    def _pace_rebuild_locked(self, member: _Member, *, barren: bool) -> None:
+        """Back off before re-opening a member whose streams keep failing without delivering anything.
+
+        A stream that dies at once on every rebuild (a rejected batch, a service failing every new
+        stream) would otherwise be re-opened in a tight loop: each successful open used to clear the
+        pool's backoff. Jittered like the pool's open backoff, so pools never retry in lock-step.
+        """
+        member.barren_failures = member.barren_failures + 1 if barren else 0
+        if member.barren_failures < 2:
+            member.open_not_before = 0.0  # the first failure after a delivering stream rebuilds at once
+            return
+        cfg = self.config
+        ceiling = backoff_ceiling(
+            cfg.open_backoff_initial_s, cfg.open_backoff_max_s, member.barren_failures - 1
+        )
+        delay = ceiling * (0.5 + 0.5 * self._rng.random())
+        member.open_not_before = time.monotonic() + delay
+        log.warning(
+            "%s: stream %d failed %d time(s) in a row without delivering anything; next rebuild in %.2fs",
+            self.table,
+            member.index,
+            member.barren_failures,
+            delay,
+        )
+
+    def _drop_rejected_locked(self, member: _Member) -> list[PendingAck]:
+        """Take out of ``member.resubmit`` the batches the service rejected too often to send again.
+
+        A batch is given up once ``poisoned_submit_attempts`` streams died at it, or ``rebuild_budget_s``
+        passed since the first did: re-sending it would only kill the next stream too (a reopen loop,
+        and a ``flush`` that never returns). Their seqs count as abandoned, so they never show as pending.
+        """
+        cfg = self.config
+        now = time.monotonic()
+
+        def rejected(item: PendingAck) -> bool:
+            if item.first_poisoned_at is None:
+                return False
+            return (
+                item.poisonings >= cfg.poisoned_submit_attempts
+                or now - item.first_poisoned_at >= cfg.rebuild_budget_s
+            )
+
+        dropped = [item for item in member.resubmit if rejected(item)]
+        if not dropped:
+            return []
+        member.resubmit = [item for item in member.resubmit if not rejected(item)]
+        member.failed_batches += len(dropped)
+        member.abandoned_seqs += len(dropped)
+        if not member.resubmit and member.lane is None:
+            # Nothing older is left to confirm, so the seq high-water can pass the given-up batches
+            # (no new batch reaches a member while it is rebuilding).
+            member.delivered_base = max(member.delivered_base, member.next_seq)
+        return dropped
+
+    def _give_up(self, member: _Member, dropped: list[PendingAck], cause: BaseException | None) -> None:
+        """Fail the receipts of batches ``_drop_rejected_locked`` took out, naming table, cause and fix."""
+        if not dropped:
+            return
+        now = time.monotonic()
+        last: PoisonedBatchError | None = None
+        for item in dropped:
+            span = span_of(item.confirmation)
+            since = now - (item.first_poisoned_at or now)
+            last = PoisonedBatchError(
+                f"{self.table}: one batch ({item.rows} row(s)"
+                f"{f', positions [{span.start}, {span.end})' if span is not None else ''}) "
+                f"was rejected at acknowledgement by {item.poisonings} stream(s) in {since:.2f}s "
+                f"(last error: {cause}); it is not re-sent, so as not to reopen streams in a loop, and "
+                "coverage excludes it. Fix: check the batch against the table's schema and the service "
+                "limits (record size, column values), then send it again; the other batches keep flowing"
+            )
+            last.__cause__ = cause
+            item.settle(last)
+        with member.lock:
+            member.last_loss = last
+        log.error(
+            "%s: stream %d: %d batch(es) given up after the service kept rejecting them: %s",
+            self.table,
+            member.index,
+            len(dropped),
+            cause,
+        )
 
     def _repair(self, member: _Member) -> None:
         if member.state is MemberState.FAILED and not self._reopen_failed(member):
             return
         if member.state is MemberState.REBUILDING and not self._retire(member):
             return
+        if member.fatal is None and time.monotonic() < member.open_not_before:
+            return  # backing off after a barren stream; the supervisor wakes for it at open_not_before
         if member.fatal is not None:
             self._fail_member(member, member.fatal)
             return
@@ -613,20 +762,28 @@ class StreamPool:
             observer=self,
             transient_retries=self.config.transient_retries,
             delivered=member.delivered_base,
+            salvage_timeout_s=self.config.rebuild_budget_s,
         ).start()
         with member.lock:
             rebuilt = member.state is MemberState.REBUILDING and member.counts_as_rebuild
             pending, member.resubmit = member.resubmit, []
             member.stream, member.lane, member.stream_schema = stream, lane, schema
             resubmit_error: Exception | None = None
+            dropped: list[PendingAck] = []
             stale = False
             for index, item in enumerate(pending):
                 try:
                     offset = stream.submit(item.batch)
                 except Exception as exc:
-                    member.resubmit = pending[index:]
+                    if index == 0 and classify(exc) is ErrorClass.POISON:
+                        # The first batch on a fresh stream, refused at submit rather than at its ack: the
+                        # same batch to blame, the same bound. A later refusal may come from an earlier
+                        # batch killing the stream; the lane blames that one when it collects them.
+                        item = item.poisoned(time.monotonic())
+                    member.resubmit = [item, *pending[index + 1 :]]
                     member.state = MemberState.REBUILDING
                     resubmit_error = exc
+                    dropped = self._drop_rejected_locked(member)
                     break
                 lane.put_resubmitted(item.moved_to(offset))
             else:
@@ -652,6 +809,7 @@ class StreamPool:
             self._notify()
             return True
         if resubmit_error is not None:
+            self._give_up(member, dropped, resubmit_error)
             # Backed off like a refused open: re-opening at once would meet the same failure, in a loop.
             self._back_off(member, resubmit_error, classify(resubmit_error), what="re-submitting on new")
             return False
@@ -674,12 +832,13 @@ class StreamPool:
             member.state = MemberState.FAILED
             member.fatal = error
             member.failed_batches += len(pending)
+            if pending:
+                member.last_loss = error
             member.reopen_at = (
                 time.monotonic() + self.config.failed_member_cooldown_s if recoverable else None
             )
         for item in pending:
-            if item.future is not None and not item.future.done():
-                item.future.set_exception(error)
+            item.settle(error)
         log.error(
             "%s: stream %d failed beyond repair, %d batch(es) not delivered%s: %s",
             self.table,
@@ -748,10 +907,23 @@ class StreamPool:
                     continue
                 with self._cond:
                     self._cond.wait(0.05 if remaining is None else min(remaining, 0.05))
+        self.raise_for_losses(failed_before=failed_before, unrecorded_before=unrecorded_before)
+
+    def raise_for_losses(self, *, failed_before: int = 0, unrecorded_before: int | None = None) -> None:
+        """Raise ``DeliveryFailedError`` / ``CoverageNotRecordedError`` for losses past the given counts.
+
+        ``flush`` calls it once drained; a sink calls it after waiting for its own batches only.
+        """
         failed = self.failed_batches - failed_before
         if failed > 0:
-            errors = "; ".join(f"stream {m.index}: {m.fatal}" for m in self._members if m.failed_batches)
-            raise DeliveryFailedError(f"{self.table}: {failed} batch(es) were not delivered ({errors})")
+            errors = "; ".join(
+                f"stream {m.index}: {m.last_loss or m.fatal}" for m in self._members if m.failed_batches
+            )
+            raise DeliveryFailedError(
+                f"{self.table}: {failed} batch(es) were not delivered ({errors}). Their receipts carry "
+                "the cause and coverage excludes them, so a re-run re-sends exactly those ranges once "
+                "the cause is fixed"
+            )
         unrecorded = 0 if unrecorded_before is None else self.confirm_errors - unrecorded_before
         if unrecorded > 0:
             raise CoverageNotRecordedError(
@@ -836,7 +1008,8 @@ class StreamPool:
             reopens=sum(m.reopens for m in self._members),
             concurrency_rejects=self.concurrency_rejects,
             ack_retries=retries,
-            poisoned=self.lane_failures,
+            poisoned=self.lane_poisonings,
+            lane_failures=self.lane_failures,
             coalesce_ratio_p50=self._coalesce.percentile(50),
             coalesce_ratio_mean=self._coalesce.mean(),
             delivery_latency_p50_s=self._latency.percentile(50),

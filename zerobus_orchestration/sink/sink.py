@@ -2,8 +2,8 @@
 
 ``push`` (fire-and-forget) and ``send`` (returns receipts whose futures only the ack lane resolves)
 stamp the reserved columns, pass the catalog gate, and submit through the table's stream pool.
-``finish`` reports what was *submitted* (never what is durable); ``flush`` drains to durable, for
-shutdown and checkpoints. Durable coverage is recorded by the ack lanes alone.
+``finish`` reports what was *submitted* (never what is durable); ``flush`` drains this sink's own
+batches to durable, for shutdown and checkpoints. Durable coverage is recorded by the ack lanes alone.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
 from array import array
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
@@ -20,26 +21,30 @@ from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from zerobus_orchestration.errors import SinkClosedError
+from zerobus_orchestration.errors import SinkClosedError, ZerobusOrchestrationError, classify
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.reserved import RESERVED_FIELDS, RESERVED_NAMES
 from zerobus_orchestration.sink.confirmation import (
     Confirmation,
     ConfirmationLaneError,
     DerivedCoverage,
+    InFlightBatches,
     LaneKind,
     NoConfirm,
     RawAnchor,
 )
 from zerobus_orchestration.sink.gate import SchemaGate
 from zerobus_orchestration.sink.health import PoolHealth
-from zerobus_orchestration.sink.pool import StreamPool, Submitted
+from zerobus_orchestration.sink.pool import DeliveryFailedError, StreamPool, Submitted
 
 ArrowInput: TypeAlias = pa.RecordBatch | pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch]
 OffsetSpan = OffsetRange
 """Half-open row-position span ``[start, end)`` within (source, partition)."""
 
+_FLUSH_SLICE_S = 0.1
+"""How often a waiting ``flush`` looks whether the pool was closed under it (then nothing more settles)."""
 _EMIT_TS_TYPE = RESERVED_FIELDS[0].type
 _SOURCE_TYPE = RESERVED_FIELDS[1].type
 log = logging.getLogger(__name__)
@@ -72,6 +77,21 @@ class Receipt:
     def durable(self, timeout: float | None = None) -> OffsetRange | None:
         """Block until the ack lane confirmed this batch; raises if it could not be delivered."""
         return self.future.result(timeout)
+
+
+class PartialSendError(ZerobusOrchestrationError, RuntimeError):
+    """``send`` failed part-way, after some batches were already submitted.
+
+    A streamed input's later batch failed its checks, or a later batch of any input was refused by the
+    catalog gate or the pool. ``receipts``: the submitted batches' receipts (they are on their way and
+    resolve as usual); the failing batch and everything after it were not sent. The original error is
+    ``__cause__``.
+    """
+
+    def __init__(self, message: str, receipts: list[Receipt], cause: BaseException) -> None:
+        super().__init__(message)
+        self.receipts = receipts
+        self.error_class = classify(cause)
 
 
 @dataclass(frozen=True)
@@ -142,6 +162,7 @@ class ZerobusSink:
         self._owns_pool = owns_pool
         self._failed_before = pool.failed_batches  # losses of earlier writes are not this sink's
         self._unrecorded_before = pool.confirm_errors  # nor are their coverage-record failures
+        self._inflight = InFlightBatches()
         self._lock = threading.Lock()
         self._next_offset = start_offset
         self._last_schema: pa.Schema | None = None
@@ -168,15 +189,33 @@ class ZerobusSink:
                 self._submit(prepared, key, None)
 
     def send(self, data: ArrowInput, *, key: str | None = None, at: int | None = None) -> list[Receipt]:
-        """Like ``push``, returning one ``Receipt`` per submitted batch."""
-        receipts = []
-        for batch, position in self._positioned(data, at):
-            prepared = self._prepare(batch, position)
-            if prepared is None:
-                continue
-            future: Future[OffsetRange | None] = Future()
-            where = self._submit(prepared, key, future)
-            receipts.append(Receipt(self.key, prepared.span, where.member, where.offset, future))
+        """Like ``push``, returning one ``Receipt`` per submitted batch.
+
+        In-memory input (a batch, a list or tuple of batches, a Table) is checked whole before anything
+        is sent, so a bad batch fails the call with nothing submitted. A streamed input (reader,
+        generator) is sent batch by batch. Whenever a later batch fails (its checks, the gate, the
+        pool), ``PartialSendError`` carries the receipts of the batches already submitted.
+        """
+        receipts: list[Receipt] = []
+        try:
+            for batch, position in self._positioned(data, at):
+                prepared = self._prepare(batch, position)
+                if prepared is None:
+                    continue
+                future: Future[OffsetRange | None] = Future()
+                where = self._submit(prepared, key, future)
+                receipts.append(Receipt(self.key, prepared.span, where.member, where.offset, future))
+        except Exception as exc:
+            if not receipts:
+                raise
+            raise PartialSendError(
+                f"{self.table}: send stopped after {len(receipts)} batch(es) were already submitted "
+                f"(positions {receipts[0].span.start} .. {receipts[-1].span.end}); they are on their way "
+                "and their receipts are on this error's .receipts. The failing batch and the rest of the "
+                f"input were not sent: {exc}. Fix: correct that batch, then send it and the rest again",
+                receipts,
+                exc,
+            ) from exc
         return receipts
 
     def _submit(
@@ -189,6 +228,7 @@ class ZerobusSink:
                 key=key or self.ordering_key,
                 future=future,
                 nbytes=prepared.nbytes,
+                tracker=self._inflight,
             )
         except Exception:
             self._unclaim(prepared)
@@ -236,8 +276,32 @@ class ZerobusSink:
             return info, OffsetRange(self.start_offset, max(self.start_offset, self._next_offset))
 
     def flush(self, timeout: float | None = None) -> None:
-        """Block until everything submitted is durable and confirmed (shutdown, checkpoints)."""
-        self.pool.flush(timeout, failed_before=self._failed_before, unrecorded_before=self._unrecorded_before)
+        """Block until every batch this sink submitted is durable and confirmed (shutdown, checkpoints).
+
+        Waits for this sink's own batches only (through rebuilds and re-submits), not for the shared
+        pool to go idle: a sibling sink that keeps pushing would otherwise keep it from ever returning.
+        Then raises ``DeliveryFailedError`` / ``CoverageNotRecordedError`` as ``StreamPool.flush`` does.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(
+                    f"{self.table}: flush of sink {self.sink_id}/{self.source} did not finish within "
+                    f"{timeout}s ({self._inflight.count} batch(es) not yet durable)"
+                )
+            wait = _FLUSH_SLICE_S if remaining is None else min(remaining, _FLUSH_SLICE_S)
+            if self._inflight.wait_settled(wait):
+                break
+            if self.pool.closed:
+                raise DeliveryFailedError(
+                    f"{self.table}: the stream pool was closed with {self._inflight.count} batch(es) of "
+                    f"sink {self.sink_id}/{self.source} not yet durable; coverage excludes them, so a "
+                    "re-run re-sends them"
+                )
+        self.pool.raise_for_losses(
+            failed_before=self._failed_before, unrecorded_before=self._unrecorded_before
+        )
 
     def close(self, timeout: float | None = None) -> None:
         """Stop accepting and drain to durable; closes the pool too if this sink owns it."""
@@ -248,9 +312,7 @@ class ZerobusSink:
         if self._owns_pool:
             self.pool.close(timeout)
         else:
-            self.pool.flush(
-                timeout, failed_before=self._failed_before, unrecorded_before=self._unrecorded_before
-            )
+            self.flush(timeout)
 
     def health(self) -> PoolHealth:
         return self.pool.health()
@@ -285,33 +347,69 @@ class ZerobusSink:
         return DerivedCoverage(self.key, span, runs)
 
     def _batches_of(self, data: ArrowInput) -> Iterator[pa.RecordBatch]:
+        """Each batch, checked by ``_check_input`` and sliced to ``max_batch_rows``."""
+        in_memory = isinstance(data, pa.RecordBatch | pa.Table | list | tuple)
         if isinstance(data, pa.RecordBatch):
             source: Iterable[pa.RecordBatch] = (data,)
         elif isinstance(data, pa.Table):
             source = data.to_batches()
-        elif isinstance(data, pa.RecordBatchReader):
-            source = data  # streamed: one batch alive here at a time, the rest bounded by the ack channels
         else:
-            source = data
+            source = data  # a reader or iterator is streamed: one batch alive here at a time
+        if in_memory:
+            # Already in memory, so check it whole first: a bad third batch must not leave the first two
+            # submitted with no receipt handed back for them.
+            source = list(source)
+            for batch in source:
+                self._check_input(batch)
         for batch in source:
-            if not isinstance(batch, pa.RecordBatch):
-                raise TypeError(f"{self.table}: expected Arrow record batches, got {type(batch).__name__}")
+            if not in_memory:
+                self._check_input(batch)
             if self.max_batch_rows is None or batch.num_rows <= self.max_batch_rows:
                 yield batch
                 continue
             for start in range(0, batch.num_rows, self.max_batch_rows):
                 yield batch.slice(start, self.max_batch_rows)
 
-    def _prepare(self, batch: pa.RecordBatch, at: int | None = None) -> _Prepared | None:
-        """Stamp and guard one batch and claim its row positions. Nothing is sent if this raises."""
+    def _check_input(self, batch: object) -> None:
+        """The checks that need nothing but the batch itself: type, reserved names, offset column."""
+        if not isinstance(batch, pa.RecordBatch):
+            raise TypeError(f"{self.table}: expected Arrow record batches, got {type(batch).__name__}")
         if batch.num_rows == 0:
-            return None
+            return  # never sent
         clash = [name for name in batch.schema.names if name in RESERVED_NAMES]
         if clash:
             raise ValueError(
                 f"{self.table}: column {clash[0]!r} is reserved for the engine and stamped on write; "
                 f"rename or drop it before writing (reserved: {', '.join(RESERVED_NAMES)})"
             )
+        column = self.offset_column
+        if column is None:
+            return
+        if column not in batch.schema.names:
+            raise ValueError(
+                f"{self.table}: declared offset column {column!r} is missing from the batch "
+                f"(columns: {', '.join(batch.schema.names)}); fix: add it or drop offset_column"
+            )
+        values = batch.column(column)
+        if values.null_count or not pa.types.is_integer(values.type):
+            raise ValueError(
+                f"{self.table}: offset column {column!r} must be a non-null integer column, "
+                f"got {values.type} "
+                f"with {values.null_count} null(s); fix: fill it with row positions"
+            )
+        lowest = pc.min(values).as_py()
+        if lowest < 0:
+            raise ValueError(
+                f"{self.table}: offset column {column!r} holds a negative position ({lowest}); "
+                "fix: positions are non-negative row offsets, as Kafka offsets are"
+            )
+
+    def _prepare(self, batch: pa.RecordBatch, at: int | None = None) -> _Prepared | None:
+        """Stamp and guard one batch (``_check_input`` passed it) and claim its row positions.
+
+        Nothing is sent if this raises."""
+        if batch.num_rows == 0:
+            return None
         emit_ts = dt.datetime.now(dt.UTC)
         with self._lock:
             if self._closed:
@@ -344,26 +442,8 @@ class ZerobusSink:
         if self.offset_column is None:
             first = self._next_offset if at is None else at
             return OffsetRange(first, first + batch.num_rows), None
-        column = self.offset_column
-        if column not in batch.schema.names:
-            raise ValueError(
-                f"{self.table}: declared offset column {column!r} is missing from the batch "
-                f"(columns: {', '.join(batch.schema.names)}); fix: add it or drop offset_column"
-            )
-        values = batch.column(column)
-        if values.null_count or not pa.types.is_integer(values.type):
-            raise ValueError(
-                f"{self.table}: offset column {column!r} must be a non-null integer column, "
-                f"got {values.type} "
-                f"with {values.null_count} null(s); fix: fill it with row positions"
-            )
-        offsets = values.cast(pa.int64()).to_numpy()
-        lowest = int(offsets.min())
-        if lowest < 0:
-            raise ValueError(
-                f"{self.table}: offset column {column!r} holds a negative position ({lowest}); "
-                "fix: positions are non-negative row offsets, as Kafka offsets are"
-            )
+        # Valid by now (``_check_input``): present, integer, non-null, non-negative.
+        offsets = batch.column(self.offset_column).cast(pa.int64()).to_numpy()
         if _is_step_one(offsets):  # the common case: one contiguous ascending run
             return OffsetRange(int(offsets[0]), int(offsets[0]) + len(offsets)), None
         # Gaps (Kafka offsets after compaction or transaction markers) or any order: record exactly the
@@ -418,4 +498,4 @@ def _positions(first: int, n: int) -> pa.Array:
     return pa.array(np.arange(first, first + n, dtype=np.int64))
 
 
-__all__ = ["ArrowInput", "CommitInfo", "OffsetSpan", "Receipt", "ZerobusSink"]
+__all__ = ["ArrowInput", "CommitInfo", "OffsetSpan", "PartialSendError", "Receipt", "ZerobusSink"]

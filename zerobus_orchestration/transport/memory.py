@@ -58,6 +58,9 @@ class FaultPlan:
     """Opening more live streams than this for one table raises ``ConcurrencyRejectedError``."""
     slow_streams: Mapping[int, float] = field(default_factory=dict)
     """open index -> latency multiplier (a slow stream, not a dead one)."""
+    rejects_batch: Callable[[pa.RecordBatch], bool] | None = None
+    """A batch the service rejects on every stream: any stream fails (INVALID_ARGUMENT) on reaching a
+    batch this returns True for, like ``poison_at`` but following the batch across rebuilt streams."""
     seed: int = 0
 
 
@@ -200,6 +203,7 @@ class _InFlight:
     offset: int
     batch: pa.RecordBatch
     durable_at: float
+    rejected: bool = False
 
 
 class MemoryStream:
@@ -215,6 +219,8 @@ class MemoryStream:
         self._poison_at = faults.poison_at.get(open_index)
         self._transient_left = faults.transient_wait_failures.get(open_index, 0)
         self._latency_multiplier = faults.slow_streams.get(open_index, 1.0)
+        self._rejects_batch = faults.rejects_batch
+        self._held = False
         self._cond = threading.Condition()
         self._inflight: deque[_InFlight] = deque()  # submitted, not yet durable, in offset order
         self._next_offset = 0
@@ -247,7 +253,8 @@ class MemoryStream:
             self._next_offset += 1
             durable_at = max(self._last_durable_at, self._transport._now() + latency)
             self._last_durable_at = durable_at
-            self._inflight.append(_InFlight(offset, batch, durable_at))
+            rejected = self._rejects_batch is not None and self._rejects_batch(batch)
+            self._inflight.append(_InFlight(offset, batch, durable_at, rejected))
             self.submits += 1
             # No notify: a waiter always has an earlier in-flight batch and a timed wait on its ack.
             return offset
@@ -323,6 +330,16 @@ class MemoryStream:
         with self._cond:
             self._cond.notify_all()
 
+    def hold_acks(self) -> None:
+        """Stall this stream's acknowledgements only (others keep acknowledging) until ``release_acks``."""
+        with self._cond:
+            self._held = True
+
+    def release_acks(self) -> None:
+        with self._cond:
+            self._held = False
+            self._cond.notify_all()
+
     def abort(self) -> None:
         with self._cond:
             self._closed = True
@@ -332,12 +349,12 @@ class MemoryStream:
 
     def _settle_locked(self) -> None:
         """Move every batch whose acknowledgement time has passed into the durable store."""
-        if self._transport.acks_paused or self._closed:
+        if self._transport.acks_paused or self._held or self._closed:
             return
         now = self._transport._now()
         while self._inflight and self._failed is None:
             head = self._inflight[0]
-            if head.offset == self._poison_at:
+            if head.offset == self._poison_at or head.rejected:
                 if head.durable_at <= now:
                     self._failed = StreamPoisonedError(
                         f"{self._table}: stream {self._id} failed at offset {head.offset}: "
@@ -355,6 +372,7 @@ class MemoryStream:
             self._transport._make_durable(entry, self._table)
 
     def _time_to_next_ack_locked(self) -> float | None:
-        if self._transport.acks_paused or not self._inflight:
-            return 0.05 if self._transport.acks_paused else None
+        stalled = self._transport.acks_paused or self._held
+        if stalled or not self._inflight:
+            return 0.05 if stalled else None
         return max(0.0, self._inflight[0].durable_at - self._transport._now())
