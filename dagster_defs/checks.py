@@ -366,8 +366,9 @@ def build_readback_check(
     built with ``check_name=name`` reports the same check without blocking anything.
     """
     from dagster_defs.metadata import report_metadata
-    from dagster_defs.sensors import WriteTarget
+    from dagster_defs.sensors import WriteTarget, nothing_to_verify_verdict
     from zerobus_orchestration.errors import ReadbackError
+    from zerobus_orchestration.runtime import NothingToVerifyError
 
     key = dg.AssetKey.from_coercible(asset_key)
 
@@ -383,10 +384,16 @@ def build_readback_check(
         records = context.instance.fetch_materializations(key, limit=1).records
         materialization = records[0].asset_materialization if records else None
         target = WriteTarget.from_metadata(materialization.metadata) if materialization else None
-        if target is None:
+        if materialization is None or target is None:
             return dg.AssetCheckResult(passed=False, description="no Zerobus materialisation to verify yet")
         try:
             report = zerobus.runtime.readback(target.table, source=target.source, partition=target.partition)
+        except NothingToVerifyError:
+            # Same judgement as the read-back sensor: an empty write passes, a write with rows fails.
+            passed, why = nothing_to_verify_verdict(target, materialization.metadata)
+            return dg.AssetCheckResult(
+                passed=passed, description=why, metadata={"readback/nothing_to_verify": True}
+            )
         except ReadbackError as exc:
             return dg.AssetCheckResult(passed=False, description=f"{target.table}: {exc}")
         return dg.AssetCheckResult(

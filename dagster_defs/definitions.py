@@ -9,6 +9,7 @@ from dagster_defs.checks import ZerobusContract, build_readback_check
 from dagster_defs.io_manager import ZerobusIOManager
 from dagster_defs.resource import ZerobusResource
 from dagster_defs.sensors import build_readback_sensor
+from zerobus_orchestration.errors import ConfigError
 
 JOB_NAME = "zerobus_job"
 SENSOR_NAME = "zerobus_readback"
@@ -23,6 +24,40 @@ def _keys_of(assets: Sequence[Any]) -> list[dg.AssetKey]:
         elif isinstance(a, dg.AssetSpec):
             keys.append(a.key)
     return keys
+
+
+def _upstream_keys(assets: Sequence[Any]) -> dict[dg.AssetKey, set[dg.AssetKey]]:
+    upstream: dict[dg.AssetKey, set[dg.AssetKey]] = {}
+    for a in assets:
+        if isinstance(a, dg.AssetsDefinition):
+            for key in a.keys:
+                upstream[key] = set(a.asset_deps.get(key, ()))
+        elif isinstance(a, dg.AssetSpec):
+            upstream[a.key] = {dep.asset_key for dep in a.deps}
+    return upstream
+
+
+def _require_contract_deps(assets: Sequence[Any], tables: Sequence[ZerobusContract]) -> None:
+    """Each table's data asset must depend on its contract asset.
+
+    Blocking checks gate only downstream steps: without the dependency the write may run before (or
+    without waiting for) the contract's primary-raw checks, and a failed check would not stop it.
+    """
+    upstream = _upstream_keys(assets)
+    for contract in tables:
+        data = contract.data_key.to_user_string()
+        fix = f"deps=[dg.AssetKey({list(contract.key.path)!r})] (the contract's .key)"
+        if contract.data_key not in upstream:
+            raise ConfigError(
+                f"build_zerobus_definitions: the contract of {contract.table} is for asset {data}, which is "
+                f"not in assets=; add that asset, declared with {fix}, or drop the contract from tables="
+            )
+        if contract.key not in upstream[contract.data_key]:
+            raise ConfigError(
+                f"build_zerobus_definitions: asset {data} does not depend on its contract asset "
+                f"{contract.key.to_user_string()}, so the blocking checks of {contract.table} cannot gate "
+                f"its write; declare the asset with {fix}"
+            )
 
 
 def build_zerobus_definitions(
@@ -51,7 +86,11 @@ def build_zerobus_definitions(
       selected), running in process by default: one pool per run instead of one per step process;
     - the read-back sensor ``zerobus_readback`` over ``readback_assets`` (default: every asset given);
       with ``readback_checks`` an ``iceberg_readback`` check per asset, reported by the sensor too.
+
+    Raises ``ConfigError`` when a table's data asset is missing from ``assets`` or does not depend on
+    its contract asset: the blocking checks would then not gate the write.
     """
+    _require_contract_deps(assets, tables)
     zerobus = resource if resource is not None else ZerobusResource()
     manager = io_manager or ZerobusIOManager(zerobus=zerobus, catalog=catalog, schema=schema)
     all_assets = [*(c.asset for c in tables), *assets]

@@ -26,9 +26,13 @@ Progress = Callable[[str], None]
 _QUIET = {"console": {"config": {"log_level": "WARNING"}}}
 
 
-def _quickstart() -> Any:
-    # The example lives in the repository's examples/ package (importable from a checkout or an
-    # editable install); imported lazily so dagster_defs itself never depends on it.
+def load_quickstart() -> Any:
+    """The quickstart's assets module; ``ModuleNotFoundError`` where ``examples`` is not importable.
+
+    The example lives in the repository's examples/ package (importable from a checkout or an editable
+    install, not shipped in the wheel); imported lazily so dagster_defs itself never depends on it, and
+    ``zerobus-orch demo`` falls back to the core demo when it is missing.
+    """
     from examples.dagster_quickstart import assets
 
     return assets
@@ -76,7 +80,7 @@ def run_dagster_demo(cfg: ZerobusConfig, rows: int, progress: Progress | None = 
     if rows < 0:
         raise ValueError(f"rows must be >= 0, got {rows}")
     say: Progress = progress or (lambda _message: None)
-    qs = _quickstart()
+    qs = load_quickstart()
     resource = ZerobusResource.from_config(cfg)
     resources = {"zerobus": resource, "io_manager": ZerobusIOManager(zerobus=resource, catalog="main")}
     instance = dg.DagsterInstance.ephemeral()

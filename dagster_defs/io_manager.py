@@ -6,8 +6,8 @@ Naming follows the DB IO managers (see ``naming.py``).
 
 ``handle_output`` is the durability barrier: it returns only after the last batch of the output is
 durable (``runtime.write``), because errors in resource teardown never fail a run. Each run appends its
-own coverage (``partition = "<key>@<run_id>"``); a retried step of the same run resumes from coverage
-instead of sending its rows twice.
+own coverage (``partition = "<key>@<root run id>"``); a retried step of the same run, a re-execution of
+it and a read-back recovery run resume from coverage instead of sending its rows twice (``naming.py``).
 
 No ``from __future__ import annotations``: Dagster resolves these annotations at runtime.
 """
@@ -33,7 +33,16 @@ from dagster_defs.metadata import (
     table_uri,
     write_metadata,
 )
-from dagster_defs.naming import AssetOptions, TableRef, partition_for, source_for, table_ref
+from dagster_defs.naming import (
+    RESUME_PARTITION_TAG,
+    RESUME_SOURCE_TAG,
+    AssetOptions,
+    TableRef,
+    partition_for,
+    source_for,
+    table_ref,
+    write_partition,
+)
 from dagster_defs.resource import ZerobusResource
 from zerobus_orchestration.config import Role
 from zerobus_orchestration.errors import PlanRefusedError, WriteBoundaryError
@@ -149,6 +158,24 @@ def _partition_label(context: dg.OutputContext) -> str | None:
     return f"{keys[0]}...{keys[-1]}"  # a single-run backfill of a range writes one coverage partition
 
 
+def _coverage_partition(context: dg.OutputContext, source: str) -> str:
+    """The write's coverage partition (``naming.write_partition``), from the run this step belongs to."""
+    label = _partition_label(context)
+    try:
+        run = context.step_context.dagster_run
+    except dg.DagsterInvariantViolationError:
+        # A context built outside a run (build_output_context in a test): no run group to resume.
+        return partition_for(context.run_id, label)
+    partition = write_partition(run, source, label)
+    tagged = run.tags.get(RESUME_PARTITION_TAG)
+    if tagged and run.tags.get(RESUME_SOURCE_TAG) == source and partition != tagged:
+        context.log.warning(
+            f"recovery run tags ask to resume coverage partition {tagged!r}, which is not this write's "
+            f"partition key {label or ''!r}; writing under {partition!r} (rows are appended again)"
+        )
+    return partition
+
+
 def _drain_quietly(rt: ZerobusRuntime, context: dg.OutputContext) -> None:
     try:
         rt.flush()
@@ -197,7 +224,7 @@ class ZerobusIO(dg.IOManager):
         described = descriptions_from_column_schema((context.definition_metadata or {}).get(COLUMN_SCHEMA))
         descriptions = {k: v for k, v in described.items() if k in schema.names and not is_reserved(k)}
         source = source_for(key)
-        partition = partition_for(context.run_id, _partition_label(context))
+        partition = _coverage_partition(context, source)
         rt = self._zerobus.runtime
         try:
             result = rt.write(

@@ -10,8 +10,14 @@ Naming follows Dagster's DB IO managers so users keep one mental model:
 ``zerobus/table`` may also be a full three-part name, which then wins over everything else.
 
 Coverage keys (README, "Coverage and resume"): ``source`` is the asset key joined by ``/``; ``partition``
-is ``"<partition key or ''>@<run_id>"``, so every run appends its own coverage and a retried step of the
-same run resumes where the previous attempt stopped.
+is ``"<partition key or ''>@<run id>"``, so every run appends its own coverage and a retried step of the
+same run resumes where the previous attempt stopped. The run id is the run group's *root* run id: a
+re-execution (from failure, of all steps, or an automatic run retry) gets a new run id but shares the
+root's coverage, so it resumes instead of sending every row again. A new run appends.
+
+A recovery run requested by the read-back sensor is a new run, not a re-execution; its tags
+``zerobus/resume_source`` and ``zerobus/resume_partition`` name the original materialisation's coverage,
+and the write of that source (same partition key) resumes it instead of appending a second copy.
 """
 
 from collections.abc import Mapping, Sequence
@@ -33,6 +39,10 @@ META_SCHEMA = "zerobus/schema"
 META_ROLE = "zerobus/role"
 META_PARTITION_EXPR = "partition_expr"
 META_SCHEMA_PLAIN = "schema"
+
+# Run tags of a read-back recovery run: which write's coverage the run resumes (see the module docstring).
+RESUME_SOURCE_TAG = "zerobus/resume_source"
+RESUME_PARTITION_TAG = "zerobus/resume_partition"
 
 
 class AssetOptions(BaseModel):
@@ -113,6 +123,27 @@ def partition_for(run_id: str, partition_key: str | None) -> str:
     return f"{partition_key or ''}@{run_id}"
 
 
+def resumed_partition(tags: Mapping[str, str], source: str, partition_key: str | None) -> str | None:
+    """The original coverage partition a recovery run's tags ask this write to resume, if they match.
+
+    Only for the tagged source and the same partition key: any other write of the run (another asset,
+    another partition) must not adopt that coverage, or it would skip rows it never sent.
+    """
+    wanted = tags.get(RESUME_PARTITION_TAG)
+    if not wanted or tags.get(RESUME_SOURCE_TAG) != source:
+        return None
+    return wanted if wanted.rpartition("@")[0] == (partition_key or "") else None
+
+
+def write_partition(run: dg.DagsterRun, source: str, partition_key: str | None) -> str:
+    """Coverage ``partition`` of a write in ``run``: a recovery run's tagged original, else keyed by the
+    root run id (``root_run_id`` is unset on a run that is not a re-execution)."""
+    resumed = resumed_partition(run.tags, source, partition_key)
+    if resumed is not None:
+        return resumed
+    return partition_for(run.root_run_id or run.run_id, partition_key)
+
+
 def contract_key_for(asset_key: dg.AssetKey) -> dg.AssetKey:
     """``raw/orders`` -> ``raw/orders__contract`` (same prefix, so it sits beside its table in the UI)."""
     return dg.AssetKey([*asset_key.path[:-1], f"{asset_key.path[-1]}__contract"])
@@ -128,4 +159,5 @@ def partition_keys_of(context: dg.OutputContext | dg.InputContext) -> Sequence[s
 def coverage_keys(context: dg.AssetExecutionContext) -> tuple[str, str]:
     """``(source, partition)`` for an asset that writes through ``ZerobusResource.write`` itself."""
     partition_key = context.partition_key if context.has_partition_key else None
-    return source_for(context.asset_key), partition_for(context.run.run_id, partition_key)
+    source = source_for(context.asset_key)
+    return source, write_partition(context.run, source, partition_key)

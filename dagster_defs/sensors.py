@@ -8,8 +8,15 @@ IO manager). One non-blocking ``runtime.readback_once`` per materialisation:
   next tick tries again; the tick returns ``SkipReason`` naming what it waits for;
 - visible: an ``AssetObservation`` with the verification report (and an ``AssetCheckEvaluation`` when
   ``check_name`` is set), and the cursor moves past that materialisation;
+- nothing to verify (no delivered coverage): waiting cannot create coverage, so the cursor moves on.
+  A materialisation that wrote 0 rows gets an observation with ``readback/rows_scanned = 0`` and
+  ``readback/nothing_to_verify`` (and a passed check); one that reports rows but has no coverage gets a
+  failed verification naming the likely cause (sensor and IO manager on different warehouses);
 - still invisible after ``max_lag_s``: one ``RunRequest`` per materialisation (``run_key`` dedupes) for
-  recovery, tagged ``zerobus/recovery``; the cursor still waits for the rows.
+  recovery, tagged ``zerobus/recovery`` plus ``zerobus/resume_source`` / ``zerobus/resume_partition``
+  naming the original write's coverage: the recovery run resumes that coverage (sending only rows it
+  does not hold, none after a complete write) instead of appending a second copy; the cursor still
+  waits for the rows.
 
 The sensor never raises to retry (a raised tick is a failure and loses nothing but also saves nothing):
 read-back errors are reported in the skip reason and retried next tick.
@@ -24,7 +31,9 @@ from typing import Any
 import dagster as dg
 
 from dagster_defs.metadata import KEY_PARTITION, KEY_SOURCE, KEY_TABLE, metadata_value, report_metadata
+from dagster_defs.naming import RESUME_PARTITION_TAG, RESUME_SOURCE_TAG
 from dagster_defs.resource import ZerobusResource
+from zerobus_orchestration.runtime import NothingToVerifyError
 
 RECOVERY_TAG = "zerobus/recovery"
 
@@ -84,6 +93,60 @@ class WriteTarget:
 
 def recovery_run_key(asset: str, storage_id: int) -> str:
     return f"zerobus-readback-recovery:{asset}:{storage_id}"
+
+
+def delivered_rows(metadata: Mapping[str, Any]) -> int | None:
+    """Rows a materialisation delivered (written now or by an earlier attempt); ``None`` when unknown."""
+    written = metadata_value(metadata, "zerobus/rows_written")
+    if isinstance(written, int):
+        skipped = metadata_value(metadata, "zerobus/rows_skipped")
+        return written + (skipped if isinstance(skipped, int) else 0)
+    counted = metadata_value(metadata, "dagster/row_count")  # an asset that wrote through the resource
+    return counted if isinstance(counted, int) else None
+
+
+def nothing_to_verify_verdict(target: WriteTarget, metadata: Mapping[str, Any]) -> tuple[bool, str]:
+    """(passed, why) when read-back found no coverage: fine for an empty write, a fault otherwise."""
+    rows = delivered_rows(metadata)
+    if rows == 0:
+        return True, f"{target.table}: the write delivered 0 rows; nothing to verify"
+    return False, (
+        f"{target.table}: no delivered coverage for source {target.source!r} partition "
+        f"{target.partition!r}, although the materialisation reports {rows if rows is not None else 'some'} "
+        "row(s): the sensor's zerobus resource must use the same warehouse/config as the IO manager"
+    )
+
+
+def _unverifiable_events(
+    key: dg.AssetKey,
+    target: WriteTarget,
+    verdict: tuple[bool, str],
+    lag_s: float,
+    storage_id: int,
+    check_name: str | None,
+) -> list[dg.AssetObservation | dg.AssetCheckEvaluation]:
+    passed, why = verdict
+    metadata: dict[str, Any] = {
+        "readback/verified": passed,
+        "readback/nothing_to_verify": True,
+        "readback/rows_scanned": 0,
+        "readback/detail": why,
+        "readback/lag_s": round(lag_s, 3),
+        "readback/materialization_storage_id": storage_id,
+        KEY_TABLE: target.table,
+        KEY_SOURCE: target.source,
+        KEY_PARTITION: target.partition,
+    }
+    events: list[dg.AssetObservation | dg.AssetCheckEvaluation] = [
+        dg.AssetObservation(asset_key=key, metadata=metadata)
+    ]
+    if check_name is not None:
+        events.append(
+            dg.AssetCheckEvaluation(
+                asset_key=key, check_name=check_name, passed=passed, metadata=metadata, description=why
+            )
+        )
+    return events
 
 
 @dataclass
@@ -164,6 +227,17 @@ def evaluate_tick(
                 report = zerobus.runtime.readback_once(
                     target.table, source=target.source, partition=target.partition
                 )
+            except NothingToVerifyError:
+                # Coverage precedes the materialisation event (handle_output returns once durable),
+                # so a later tick cannot find more: judge it now and move past it.
+                verdict = nothing_to_verify_verdict(
+                    target, materialization.metadata if materialization else {}
+                )
+                outcome.events.extend(
+                    _unverifiable_events(key, target, verdict, lag_s, record.storage_id, settings.check_name)
+                )
+                state.verified = record.storage_id
+                continue
             except Exception as exc:  # report and retry next tick; never fail the tick
                 outcome.waiting.append(f"{name}: read-back of {target.table} failed ({exc}); retrying")
                 break
@@ -178,7 +252,15 @@ def evaluate_tick(
                         dg.RunRequest(
                             run_key=recovery_run_key(name, record.storage_id),
                             asset_selection=[key],
-                            tags={RECOVERY_TAG: "true", "zerobus/table": target.table},
+                            partition_key=record.partition_key,
+                            tags={
+                                RECOVERY_TAG: "true",
+                                "zerobus/table": target.table,
+                                # Resume the original write's coverage: a fresh run id would append
+                                # every row again next to the durable ones Iceberg has yet to show.
+                                RESUME_SOURCE_TAG: target.source,
+                                RESUME_PARTITION_TAG: target.partition,
+                            },
                         )
                     )
                     state.recovery = record.storage_id
@@ -206,7 +288,14 @@ def build_readback_sensor(
 
     ``check_name``: also emit an ``AssetCheckEvaluation`` for that check on each asset (declare it, e.g.
     with ``build_readback_check``). ``max_lag_s``: after this long invisible, request a recovery run of
-    the asset (``run_key`` = ``zerobus-readback-recovery:<asset>:<storage id>``).
+    the asset (``run_key`` = ``zerobus-readback-recovery:<asset>:<storage id>``, the materialisation's
+    partition key). The run carries the tags ``zerobus/resume_source`` and ``zerobus/resume_partition``
+    with the original write's coverage keys; the IO manager then resumes that coverage, so the recovery
+    re-commits and re-records the write without appending rows that are already durable.
+
+    A materialisation with no delivered coverage never blocks the cursor: an empty write (0 rows) is
+    observed as verified with ``readback/nothing_to_verify``; a write reporting rows is observed as not
+    verified (the sensor and the IO manager disagree on where coverage lives).
     """
     keys = tuple(dg.AssetKey.from_coercible(a) for a in assets)
     settings = ReadbackSensorSettings(

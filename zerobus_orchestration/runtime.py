@@ -413,10 +413,14 @@ class ZerobusRuntime:
     def readback_once(
         self, table: str, *, source: str | None = None, partition: str | None = None
     ) -> ReadbackReport | None:
-        """One non-blocking attempt: ``None`` while Iceberg has not caught up (sensors, triggers)."""
+        """One non-blocking attempt: ``None`` while Iceberg has not caught up (sensors, triggers).
+
+        ``NothingToVerifyError`` propagates: no coverage is not "not yet" (waiting never creates it), so
+        the caller decides whether that is an empty write (done) or a wrong table/source/partition.
+        """
         try:
             return self.readback(table, source=source, partition=partition, wait_s=0.001, force=False)
-        except (ReadbackTimeoutError, NothingToVerifyError):
+        except ReadbackTimeoutError:
             return None
 
     def read_back(self, table: str, *, source: str | None = None, partition: str | None = None) -> pa.Table:

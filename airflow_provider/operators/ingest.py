@@ -53,7 +53,11 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
     :param path: a Parquet / Arrow IPC / CSV file, a glob, a URI (``s3://...``) or a list of them;
         templated, so it may also be an upstream task's output (``path=extract()`` or a ``xcom_pull``).
     :param sql: a query (or ``.sql`` file) run through ``sql_conn_id``, any common-sql ``DbApiHook``
-        connection; rows are fetched ``fetch_rows`` at a time.
+        connection; rows are fetched ``fetch_rows`` at a time. Memory stays at one batch only if the
+        driver's cursor streams: the default psycopg2 (Postgres) and MySQLdb (MySQL) cursors are
+        client-side and load the whole result at ``execute``. Give ``cursor_kwargs`` for a server-side
+        cursor: ``{"name": "zerobus_ingest"}`` (psycopg2) or ``{"cursorclass": MySQLdb.cursors.SSCursor}``
+        (or the MySQL connection extra ``"cursor": "sscursor"``).
 
     :param table: target table (``catalog.schema.table``); created and evolved from the Arrow schema.
     :param file_format: ``parquet``, ``arrow`` or ``csv``; inferred from the file suffix when unset.
@@ -66,6 +70,8 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         refused change without sending anything).
     :param batch_rows: rows per Arrow batch read from files.
     :param fetch_rows: rows per ``fetchmany`` from SQL.
+    :param cursor_kwargs: keyword arguments for the DB-API ``conn.cursor(...)`` of ``sql`` (not templated:
+        they may hold driver classes).
     :param allow_empty: skip the task (instead of failing) when a glob matches no files.
     :param resume: skip rows an earlier try of this task instance already delivered.
     """
@@ -102,6 +108,7 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         reconcile_first: bool = False,
         batch_rows: int = 65_536,
         fetch_rows: int = 10_000,
+        cursor_kwargs: Mapping[str, Any] | None = None,
         allow_empty: bool = False,
         resume: bool = True,
         **kwargs: Any,
@@ -127,6 +134,7 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         self.reconcile_first = reconcile_first
         self.batch_rows = batch_rows
         self.fetch_rows = fetch_rows
+        self.cursor_kwargs = dict(cursor_kwargs or {})
         self.allow_empty = allow_empty
         self.resume = resume
 
@@ -157,6 +165,7 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
                 parameters=self.parameters,
                 fetch_rows=self.fetch_rows,
                 schema=target_schema,
+                cursor_kwargs=self.cursor_kwargs,
             )
         if not isinstance(self.path, str | list | tuple):
             raise AirflowFailException(

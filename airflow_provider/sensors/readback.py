@@ -4,6 +4,9 @@ Deferrable by default when ``[operators] default_deferrable`` is on: one fast ch
 ``ZerobusReadbackTrigger`` waits in the triggerer with an absolute deadline. Non-deferrable, it pokes
 with the same single ``readback_once`` attempt. A missing table or a lagging snapshot means "not yet";
 a permanent error fails the task without retries.
+
+No delivered coverage for the key is never "not yet" (waiting cannot create it): the sensor succeeds
+when the ingest's XCom says it wrote 0 rows, and otherwise fails naming the table, source and partition.
 """
 
 from __future__ import annotations
@@ -20,7 +23,15 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from airflow_provider.hooks.zerobus import ZerobusHook
 from airflow_provider.operators.base import coverage_keys, drain_report_release
 from airflow_provider.triggers.readback import ZerobusReadbackTrigger
-from airflow_provider.utils.readback import Attempt, Status, judge_error, judge_report
+from airflow_provider.utils.observability import redact
+from airflow_provider.utils.readback import (
+    NOTHING_TO_VERIFY,
+    Attempt,
+    Status,
+    judge_error,
+    judge_report,
+    report_summary,
+)
 
 
 class ZerobusReadbackSensor(BaseSensorOperator):
@@ -32,6 +43,11 @@ class ZerobusReadbackSensor(BaseSensorOperator):
         coverage keys ``<dag_id>/<task_id>`` and ``<run_id>/<map_index>``).
     :param ingest_map_index: that task's map index (default ``-1``: not mapped).
     :param source: / :param partition: explicit coverage keys instead; neither set = the whole table.
+
+    An ingest that wrote 0 rows leaves nothing to verify: with ``ingest_task_id`` the sensor then
+    succeeds (its XCom says ``rows_written == 0``); no coverage in any other case (a mistyped
+    ``ingest_task_id``, a wrong source/partition or table) fails the task at once instead of poking
+    until the timeout.
 
     :param table: the table.
     :param deferrable: wait in the triggerer (default from ``[operators] default_deferrable``).
@@ -96,8 +112,47 @@ class ZerobusReadbackSensor(BaseSensorOperator):
         return judge_report(report, self.table)
 
     def _succeed(self, report: dict[str, Any] | None) -> dict[str, Any]:
-        self.log.info("%s: read-back verified %s", self.table, report)
+        self.log.info("%s: read-back verified: %s", self.table, report_summary(report))
         return {"table": self.table, **(report or {})}
+
+    def _nothing_to_verify(self, context: Context, message: str) -> dict[str, Any]:
+        """No delivered coverage: an empty ingest succeeds, anything else fails with the likely fix."""
+        source, partition = self._keys(context)
+        where = f"{self.table} (source {source!r}, partition {partition!r})"
+        if not self.ingest_task_id:
+            raise AirflowFailException(
+                f"{self.task_id}: {message}. Nothing was delivered to {where}: check table, source and "
+                "partition (an ingest writes source '<dag_id>/<task_id>', partition '<run_id>/<map_index>'), "
+                "or give ingest_task_id"
+            )
+        upstream = context["ti"].xcom_pull(task_ids=self.ingest_task_id, map_indexes=self.ingest_map_index)
+        if (
+            isinstance(upstream, Mapping)
+            and upstream.get("rows_written") == 0
+            and not upstream.get("rows_skipped")
+        ):
+            self.log.info("%s: ingest task %r wrote 0 rows; nothing to verify", where, self.ingest_task_id)
+            return {
+                "table": self.table,
+                "source": source,
+                "partition": partition,
+                "rows_written": 0,
+                "nothing_to_verify": True,
+                "verified": True,
+            }
+        if upstream is None:
+            fix = (
+                f"task {self.ingest_task_id!r} (map index {self.ingest_map_index}) has no XCom in this "
+                "run: check ingest_task_id / ingest_map_index for a typo and that this sensor runs "
+                "downstream of that ingest"
+            )
+        else:
+            written = upstream.get("rows_written") if isinstance(upstream, Mapping) else None
+            fix = (
+                f"task {self.ingest_task_id!r} reports rows_written={written} but no coverage was found: "
+                "check that the sensor uses the same table and zerobus connection (warehouse) as the ingest"
+            )
+        raise AirflowFailException(f"{self.task_id}: nothing was delivered to {where}; {fix}")
 
     def _finish_attempt(self, context: Context) -> Attempt:
         """One attempt, then drain and release; health is logged only when the wait is over."""
@@ -113,6 +168,8 @@ class ZerobusReadbackSensor(BaseSensorOperator):
 
     def poke(self, context: Context) -> bool | PokeReturnValue:
         attempt = self._finish_attempt(context)
+        if attempt.reason == NOTHING_TO_VERIFY:
+            return PokeReturnValue(is_done=True, xcom_value=self._nothing_to_verify(context, attempt.message))
         if attempt.status is Status.ERROR:
             raise AirflowFailException(f"{self.task_id}: {attempt.message}")
         if attempt.status is Status.SUCCESS:
@@ -124,6 +181,8 @@ class ZerobusReadbackSensor(BaseSensorOperator):
         if not self.deferrable:
             return super().execute(context)
         attempt = self._finish_attempt(context)  # cheap check first: often there is nothing to wait for
+        if attempt.reason == NOTHING_TO_VERIFY:
+            return self._nothing_to_verify(context, attempt.message)
         if attempt.status is Status.SUCCESS:
             return self._succeed(attempt.report)
         if attempt.status is Status.ERROR:
@@ -148,10 +207,20 @@ class ZerobusReadbackSensor(BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         status = event.get("status")
         message = str(event.get("message", ""))
-        # Resumed in a fresh worker process: no runtime here, so the end-of-task line is the report.
-        self.log.info("read-back trigger finished after %s poll(s): %s", event.get("polls"), message)
+        # Resumed in a fresh worker process: no runtime here, so the end-of-task lines are the report.
+        self.log.info(
+            "read-back trigger finished after %s poll(s) and %ss: %s",
+            event.get("polls"),
+            event.get("waited_s"),
+            message,
+        )
+        report = event.get("report")
+        if isinstance(report, Mapping):
+            self.log.info("%s: read-back report: %s", self.table, report_summary(report))
+        if event.get("reason") == NOTHING_TO_VERIFY:
+            return self._nothing_to_verify(context, message)
         if status == Status.SUCCESS:
-            return self._succeed(event.get("report"))
+            return {"table": self.table, **redact(report or {})}
         if status == Status.TIMEOUT:
             raise AirflowSensorTimeout(f"{self.task_id}: {message}")
         if status == Status.ERROR:

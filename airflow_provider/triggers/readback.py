@@ -3,7 +3,9 @@
 Receives only primitives and an absolute deadline (``end_time``, epoch seconds), because ``serialize()``
 is captured once and the trigger may be re-created on another triggerer. It keeps no cursor: every poll
 is a fresh, read-only ``readback_once`` run in a worker thread (pyiceberg is synchronous), with the
-connection read asynchronously. It yields exactly one event, ``status`` success / error / timeout.
+connection read asynchronously. It yields exactly one event, ``status`` success / error / timeout; an
+error with ``reason`` ``nothing_to_verify`` means no coverage exists for the key, which the sensor
+resolves against the ingest's XCom (the triggerer has no task context to do so).
 """
 
 from __future__ import annotations
@@ -66,16 +68,25 @@ class ZerobusReadbackTrigger(BaseTrigger):
         )
 
     def _event(
-        self, status: Status, message: str, polls: int, report: dict[str, Any] | None = None
+        self,
+        status: Status,
+        message: str,
+        polls: int,
+        started: float,
+        report: dict[str, Any] | None = None,
+        reason: str | None = None,
     ) -> TriggerEvent:
         return TriggerEvent(  # type: ignore[no-untyped-call]
             {
                 "status": status.value,
                 "message": message,
+                "reason": reason,
                 "table": self.table,
                 "source": self.source,
                 "partition": self.partition,
                 "polls": polls,
+                # How long this trigger waited for Iceberg: the lag the sensor logs on completion.
+                "waited_s": round(time.time() - started, 3),
                 "report": report,
             }
         )
@@ -102,14 +113,17 @@ class ZerobusReadbackTrigger(BaseTrigger):
 
     async def _poll_until_done(self, hook: ZerobusHook) -> TriggerEvent:
         polls = 0
+        started = time.time()
         interval = self.poll_interval
         while time.time() < self.end_time:
             polls += 1
             attempt = await self._attempt(hook)
             if attempt.status is not Status.PENDING:
-                return self._event(attempt.status, attempt.message, polls, attempt.report)
+                return self._event(
+                    attempt.status, attempt.message, polls, started, attempt.report, attempt.reason
+                )
             self.log.info("%s (poll %d); next poll in %.1fs", attempt.message, polls, interval)
             await asyncio.sleep(max(0.0, min(interval, self.end_time - time.time())))
             interval = min(interval * 1.5, self.max_poll_interval)
         message = f"{self.table}: Iceberg did not show the delivered rows before the deadline"
-        return self._event(Status.TIMEOUT, message, polls)
+        return self._event(Status.TIMEOUT, message, polls, started)

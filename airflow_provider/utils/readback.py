@@ -5,11 +5,16 @@
   (``readback_once`` returned ``None``), or a transient failure (network, timeout, service busy).
 - ``error``: a permanent problem a wait will not fix: bad configuration, auth, a verified mismatch
   (duplicates, rows outside coverage) reported by the read-back itself.
+
+"Nothing to verify" (no delivered coverage for the table/source/partition) is an ``error`` with
+``reason`` ``nothing_to_verify``: waiting cannot create coverage, and only the sensor can tell an empty
+ingest (its XCom says 0 rows: success) from a wrong ``ingest_task_id`` or key (failure).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -49,6 +54,22 @@ _TRANSIENT_CLASSES = frozenset(
     }
 )
 _RETRYABLE = frozenset({ErrorClass.TRANSIENT, ErrorClass.POISON, ErrorClass.CONCURRENCY_REJECT})
+# The runtime's "no delivered coverage" error, matched by name: this module is imported at DAG parse
+# time and must not pull in the runtime (pyarrow, pyiceberg) to classify an exception.
+_NOTHING_TO_VERIFY_CLASS = "NothingToVerifyError"
+NOTHING_TO_VERIFY = "nothing_to_verify"
+
+# The report keys a log line may show: counts and versions only, so nothing secret can reach the log
+# whatever else a report carries.
+_SUMMARY_KEYS = (
+    "rows_scanned",
+    "missing_rows",
+    "duplicate_count",
+    "rows_outside_coverage",
+    "delta_version_expected",
+    "iceberg_delta_version",
+    "waited_s",
+)
 
 
 @dataclass(frozen=True)
@@ -56,6 +77,7 @@ class Attempt:
     status: Status
     message: str
     report: dict[str, Any] | None = field(default=None)
+    reason: str | None = field(default=None)
 
 
 def _report_dict(report: Any) -> dict[str, Any]:
@@ -84,5 +106,20 @@ def is_not_yet(exc: BaseException) -> bool:
 
 
 def judge_error(exc: BaseException, table: str) -> Attempt:
+    if any(cls.__name__ == _NOTHING_TO_VERIFY_CLASS for cls in type(exc).__mro__):
+        return Attempt(Status.ERROR, f"{table}: {exc}", reason=NOTHING_TO_VERIFY)
     status = Status.PENDING if is_not_yet(exc) else Status.ERROR
     return Attempt(status, f"{table}: {type(exc).__name__}: {exc}")
+
+
+def report_summary(report: Mapping[str, Any] | None) -> str:
+    """One log line of a read-back report: rows, missing ranges, duplicates, versions, wait."""
+    if not report:
+        return "no report"
+    data = redact(report)
+    parts = [f"verified={data.get('verified')}"]
+    missing = data.get("missing_ranges")
+    if isinstance(missing, list):
+        parts.append(f"missing_ranges={len(missing)}")
+    parts.extend(f"{key}={data[key]}" for key in _SUMMARY_KEYS if data.get(key) is not None)
+    return " ".join(parts)

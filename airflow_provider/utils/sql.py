@@ -1,9 +1,16 @@
 """A SQL query through any common-sql ``DbApiHook`` -> Arrow record batches, ``fetch_rows`` at a time.
 
 ``DbApiHook.get_records`` materialises the whole result; a DB-API cursor with ``fetchmany`` keeps memory
-at one batch. Column types are inferred per batch from the Python values, then pinned: once a column was
-seen with a concrete type, later batches (where it may be all NULL) are built with that type. Pass
-``schema`` to pin types up front (needed when the first rows of a column are all NULL).
+at one batch *only if the driver's cursor streams*. The default cursors of psycopg2 (Postgres) and
+MySQLdb / mysqlclient (MySQL) are client-side: ``execute`` already loads the whole result into the
+worker's memory, and ``fetchmany`` only slices it. Ask for a server-side cursor through
+``cursor_kwargs`` (passed to ``conn.cursor``): ``{"name": "zerobus_ingest"}`` for psycopg2 (a named
+cursor), ``{"cursorclass": MySQLdb.cursors.SSCursor}`` for MySQLdb (or the MySQL connection extra
+``"cursor": "sscursor"``). sqlite3 streams already.
+
+Column types are inferred per batch from the Python values, then pinned: once a column was seen with a
+concrete type, later batches (where it may be all NULL) are built with that type. Pass ``schema`` to
+pin types up front (needed when the first rows of a column are all NULL).
 """
 
 from __future__ import annotations
@@ -44,16 +51,24 @@ def iter_sql_batches(
     parameters: Sequence[Any] | Mapping[str, Any] | None = None,
     fetch_rows: int = 10_000,
     schema: pa.Schema | None = None,
+    cursor_kwargs: Mapping[str, Any] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Run ``sql`` on ``hook.get_conn()`` and yield its rows in order. Add ORDER BY for resumable retries."""
+    """Run ``sql`` on ``hook.get_conn()`` and yield its rows in order. Add ORDER BY for resumable retries.
+
+    ``cursor_kwargs`` go to ``conn.cursor(...)``, e.g. a server-side cursor (module docstring).
+    """
     if fetch_rows < 1:
         raise ConfigError(f"fetch_rows must be at least 1 (got {fetch_rows})")
     known: dict[str, pa.DataType] = {f.name: f.type for f in schema} if schema is not None else {}
-    with closing(hook.get_conn()) as conn, closing(conn.cursor()) as cursor:
+    with closing(hook.get_conn()) as conn, closing(conn.cursor(**(cursor_kwargs or {}))) as cursor:
         if parameters is None:
             cursor.execute(sql)
         else:
             cursor.execute(sql, parameters)
+        first: Sequence[Sequence[Any]] | None = None
+        if cursor.description is None and cursor_kwargs:
+            # A psycopg2 named (server-side) cursor describes its result only after the first fetch.
+            first = cursor.fetchmany(fetch_rows)
         if cursor.description is None:
             raise ConfigError("the SQL statement returned no result set; give a SELECT query")
         names = [str(column[0]) for column in cursor.description]
@@ -63,7 +78,8 @@ def iter_sql_batches(
                 f"schema names columns {unknown} the query does not return (it returns {names})"
             )
         while True:
-            rows = cursor.fetchmany(fetch_rows)
+            rows = first if first is not None else cursor.fetchmany(fetch_rows)
+            first = None
             if not rows:
                 return
             yield _build_batch(names, rows, known)

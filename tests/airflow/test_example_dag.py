@@ -86,3 +86,39 @@ def test_example_dag_runs_end_to_end(register_dag: Any, tmp_path: Path) -> None:
         assert rows["order_id"].to_pylist() == list(range(300))
     finally:
         hook.release()
+
+
+def test_readback_after_an_empty_ingest_succeeds_in_a_dag_run(register_dag: Any, tmp_path: Path) -> None:
+    """The sensor reads the ingest's real XCom (rows_written == 0) instead of poking until its timeout."""
+    from datetime import datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from airflow.sdk import DAG
+
+    from airflow_provider.operators.ingest import ZerobusIngestOperator
+    from airflow_provider.sensors.readback import ZerobusReadbackSensor
+
+    pq.write_table(pa.table({"id": pa.array([], pa.int64())}), tmp_path / "empty.parquet")
+    with DAG("zerobus_empty_readback", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+        ingest = ZerobusIngestOperator(
+            task_id="ingest", table="main.raw.empty_dag", path=str(tmp_path / "empty.parquet")
+        )
+        readback = ZerobusReadbackSensor(
+            task_id="readback",
+            table="main.raw.empty_dag",
+            ingest_task_id="ingest",
+            deferrable=False,
+            poke_interval=0.2,
+            timeout=20,
+        )
+        ingest >> readback
+    register_dag(dag)
+
+    run = dag.test()
+
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert states == {"ingest": "success", "readback": "success"}
+    assert _xcom(dag.dag_id, run.run_id, "ingest")["rows_written"] == 0
+    readback_xcom = _xcom(dag.dag_id, run.run_id, "readback")
+    assert readback_xcom["nothing_to_verify"] is True and readback_xcom["rows_written"] == 0

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
-from airflow.sdk import DAG
+from airflow.sdk import DAG, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
 
 from airflow_provider.hooks.zerobus import ZerobusHook
@@ -145,6 +145,16 @@ def test_hook_test_connection_brings_the_runtime_up() -> None:
     assert not ok and "no_such_connection" in message
 
 
+class _RecordingCursor(sqlite3.Cursor):
+    """Stands for a driver's server-side cursor class: records that the operator asked for it."""
+
+    opened = 0
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        super().__init__(connection)
+        type(self).opened += 1
+
+
 def test_ingest_from_a_sql_query_through_a_dbapi_connection(
     tmp_path: Path, hook: ZerobusHook, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -164,11 +174,13 @@ def test_ingest_from_a_sql_query_through_a_dbapi_connection(
             parameters={"low": 0},
             sql_conn_id="shop_db",
             fetch_rows=5,
+            cursor_kwargs={"factory": _RecordingCursor},
             reconcile_first=True,
             schema={"order_id": "int64", "customer": "string", "amount": "double"},
         )
     summary = op.execute(_context())
     assert summary["rows_written"] == 23
+    assert _RecordingCursor.opened == 1, "cursor_kwargs must reach conn.cursor(...)"
     report = _verified(hook, "main.raw.sql_orders", source="sql/from_sql", partition="manual__try/-1")
     assert report.verified and report.rows_scanned == 23
 
@@ -305,12 +317,19 @@ def test_trigger_waits_out_the_iceberg_lag_then_succeeds(hook: ZerobusHook, firs
     json.dumps(payload)
 
 
-def test_trigger_on_a_missing_table_keeps_waiting_until_the_deadline(first_event: FirstEvent) -> None:
+def test_trigger_without_coverage_reports_nothing_to_verify_at_once(first_event: FirstEvent) -> None:
+    # Waiting cannot create coverage (a mistyped key, an empty ingest): no polling until the deadline.
     trigger = ZerobusReadbackTrigger(
-        table="main.raw.not_there", end_time=time.time() + 0.6, poll_interval=0.1
+        table="main.raw.not_there",
+        end_time=time.time() + 30,
+        source="d/ingset",
+        partition="r1/-1",
+        poll_interval=0.1,
     )
     payload = first_event(trigger)
-    assert payload["status"] == "timeout" and payload["polls"] >= 2
+    assert payload["status"] == "error" and payload["reason"] == "nothing_to_verify", payload
+    assert payload["polls"] == 1
+    assert "'d/ingset'" in payload["message"] and "'r1/-1'" in payload["message"]
 
 
 def test_trigger_reports_a_permanent_error(monkeypatch: pytest.MonkeyPatch, first_event: FirstEvent) -> None:
@@ -349,6 +368,63 @@ def test_deferrable_sensor_defers_with_primitives_then_completes(
 
     result = sensor.execute_complete(_context("manual__s"), first_event(trigger))
     assert result["verified"] is True and result["rows_scanned"] == 9
+
+
+class _XComTI(SimpleNamespace):
+    """The task instance of a direct ``execute`` call, with ``xcom_pull`` over the values given."""
+
+    def xcom_pull(self, task_ids: str | None = None, *, map_indexes: int | None = None, **_: Any) -> Any:
+        return self.xcoms.get((task_ids, map_indexes))
+
+
+def _xcom_context(run_id: str, xcoms: dict[tuple[str, int], Any]) -> Any:
+    return {"run_id": run_id, "ti": _XComTI(map_index=-1, run_id=run_id, xcoms=xcoms)}
+
+
+def test_sensor_after_an_empty_ingest_succeeds_and_a_mistyped_ingest_fails(
+    tmp_path: Path, first_event: FirstEvent
+) -> None:
+    pq.write_table(_orders(0, 0), tmp_path / "empty.parquet")
+    with _dag("empty"):
+        ingest = ZerobusIngestOperator(
+            task_id="ingest", table="main.raw.empty_orders", path=str(tmp_path / "empty.parquet")
+        )
+        poking = ZerobusReadbackSensor(
+            task_id="poking", table="main.raw.empty_orders", ingest_task_id="ingest", deferrable=False
+        )
+        deferring = ZerobusReadbackSensor(
+            task_id="deferring", table="main.raw.empty_orders", ingest_task_id="ingest", deferrable=True
+        )
+        typo = ZerobusReadbackSensor(
+            task_id="typo", table="main.raw.empty_orders", ingest_task_id="ingset", deferrable=False
+        )
+    written = ingest.execute(_context("manual__e"))
+    assert written["rows_written"] == 0
+    context = _xcom_context("manual__e", {("ingest", -1): written})
+
+    done = poking.poke(context)
+    assert isinstance(done, PokeReturnValue) and done.is_done, "0 rows written: nothing to wait for"
+    assert done.xcom_value["nothing_to_verify"] is True and done.xcom_value["rows_written"] == 0
+    # Deferrable: decided by the first check in the worker, never deferred.
+    assert deferring.execute(context)["nothing_to_verify"] is True
+
+    with pytest.raises(AirflowFailException) as info:
+        typo.poke(context)
+    message = str(info.value)
+    for part in ("main.raw.empty_orders", "'empty/ingset'", "'manual__e/-1'", "ingest_task_id"):
+        assert part in message, message
+
+    # A trigger that found no coverage hands the decision back to the sensor, which reads the XCom.
+    trigger = ZerobusReadbackTrigger(
+        table="main.raw.empty_orders",
+        end_time=time.time() + 30,
+        source="empty/ingest",
+        partition="manual__e/-1",
+    )
+    event = first_event(trigger)
+    assert deferring.execute_complete(context, event)["nothing_to_verify"] is True
+    with pytest.raises(AirflowFailException, match="has no XCom"):
+        deferring.execute_complete(_xcom_context("manual__e", {}), event)
 
 
 def test_poking_sensor_returns_the_report_once_visible(hook: ZerobusHook) -> None:

@@ -124,6 +124,40 @@ def test_sql_rows_stream_with_fetchmany_and_pin_types(tmp_path: Path) -> None:
     assert all(b.schema.field("note").type == pa.string() for b in pinned)
 
 
+class _ServerSideCursor(sqlite3.Cursor):
+    """Behaves like a psycopg2 named cursor: no ``description`` until the first fetch."""
+
+    fetched = False
+
+    @property
+    def description(self) -> Any:
+        return super().description if self.fetched else None
+
+    def fetchmany(self, size: int | None = 1) -> list[Any]:
+        self.fetched = True
+        FETCH_SIZES.append(int(size or 1))
+        return super().fetchmany(size)
+
+
+def test_sql_cursor_kwargs_reach_the_driver_and_a_late_description_is_read(tmp_path: Path) -> None:
+    db = tmp_path / "src.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE t (id INTEGER)")
+        conn.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(7)])
+    FETCH_SIZES.clear()
+    batches = list(
+        iter_sql_batches(
+            _SqliteHook(db),
+            "SELECT id FROM t ORDER BY id",
+            fetch_rows=3,
+            cursor_kwargs={"factory": _ServerSideCursor},
+        )
+    )
+    assert [b.num_rows for b in batches] == [3, 3, 1]
+    assert [v for b in batches for v in b.column("id").to_pylist()] == list(range(7))
+    assert set(FETCH_SIZES) == {3}
+
+
 def test_sql_errors_are_named(tmp_path: Path) -> None:
     db = tmp_path / "src.db"
     with sqlite3.connect(db) as conn:

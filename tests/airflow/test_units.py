@@ -19,8 +19,9 @@ from airflow_provider.operators.ingest import ZerobusIngestOperator
 from airflow_provider.sensors.readback import ZerobusReadbackSensor
 from airflow_provider.triggers.readback import ZerobusReadbackTrigger
 from airflow_provider.utils.observability import MASK, metric_summary, redact
-from airflow_provider.utils.readback import Status, judge_error, judge_report
+from airflow_provider.utils.readback import NOTHING_TO_VERIFY, Status, judge_error, judge_report
 from zerobus_orchestration.errors import ConfigError, ReadbackTimeoutError, TransientError
+from zerobus_orchestration.runtime import NothingToVerifyError
 
 
 def _dag() -> DAG:
@@ -116,6 +117,34 @@ def test_sensor_execute_complete_branches_on_status() -> None:
         sensor.execute_complete({}, {"status": "error", "message": "boom"})  # type: ignore[arg-type]
 
 
+def test_sensor_execute_complete_logs_the_report_summary_without_secrets(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    with _dag():
+        sensor = ZerobusReadbackSensor(task_id="s", table="main.raw.t")
+    report = {
+        "verified": False,
+        "rows_scanned": 120,
+        "missing_ranges": [{"source": "d/i", "partition": "r/-1", "start": 120, "end": 150}],
+        "missing_rows": 30,
+        "duplicate_count": 4,
+        "rows_outside_coverage": 0,
+        "iceberg_delta_version": 7,
+        "token": "SUPERSECRET-token",
+        "note": {"client_secret": "SUPERSECRET-nested"},
+    }
+    event = {"status": "error", "message": "mismatch", "polls": 3, "waited_s": 2.5, "report": report}
+    capfd.readouterr()
+    with pytest.raises(AirflowFailException):
+        sensor.execute_complete({}, event)  # type: ignore[arg-type]
+    logged = capfd.readouterr().out  # task loggers write through Airflow's structlog to stdout
+    assert "after 3 poll(s) and 2.5s" in logged
+    for part in ("rows_scanned=120", "missing_ranges=1", "missing_rows=30", "duplicate_count=4"):
+        assert part in logged, logged
+    assert "iceberg_delta_version=7" in logged
+    assert "SUPERSECRET" not in logged
+
+
 @dataclass
 class _Report:
     verified: bool
@@ -140,12 +169,15 @@ class NoSuchTableError(Exception):
         (ReadbackTimeoutError("lagging"), Status.PENDING),
         (ConnectionError("reset"), Status.PENDING),
         (ConfigError("bad warehouse"), Status.ERROR),
+        (NothingToVerifyError("no delivered coverage"), Status.ERROR),
         (PermissionError("denied"), Status.ERROR),
     ],
 )
 def test_readback_judgement(outcome: Any, status: Status) -> None:
     attempt = judge_error(outcome, "t") if isinstance(outcome, BaseException) else judge_report(outcome, "t")
     assert attempt.status is status
+    # Only "no coverage" is handed back to the sensor to judge against the ingest's XCom.
+    assert (attempt.reason == NOTHING_TO_VERIFY) is isinstance(outcome, NothingToVerifyError)
     if attempt.report is not None:
         assert attempt.report["token"] == MASK
 

@@ -2,12 +2,14 @@
 
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 
 import dagster as dg
 import pandas as pd
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+from dagster_reexec_job import FAIL_AFTER, ROWS
 
 from dagster_defs import ZerobusIOManager, ZerobusResource, build_contract_asset, coverage_keys
 from zerobus_orchestration.config import ZerobusConfig
@@ -103,6 +105,34 @@ def test_retried_step_resumes_from_coverage(zerobus: ZerobusResource, resources:
     back = read_all(zerobus, "main.raw.flaky", "raw/flaky")
     ids = back["event_id"].to_pylist()
     assert sorted(ids) == list(range(1_000)), "the retry sent covered rows again or lost some"
+
+
+def test_reexecution_from_failure_resumes_the_root_runs_coverage(
+    zerobus: ZerobusResource, zb_config: ZerobusConfig, tmp_path: Path
+) -> None:
+    job = dg.build_reconstructable_job(
+        "dagster_reexec_job",
+        "build_job",
+        reconstructable_args=(str(zb_config.warehouse), str(tmp_path / "failed-once")),
+        reconstructor_working_directory=str(Path(__file__).parent),
+    )
+    with dg.instance_for_test() as instance:
+        with dg.execute_job(job, instance=instance, raise_on_error=False) as failed:
+            assert not failed.success
+            root_run_id = failed.run_id
+        options = dg.ReexecutionOptions.from_failure(root_run_id, instance)
+        with dg.execute_job(job, instance=instance, reexecution_options=options) as retried:
+            assert retried.success
+            assert retried.run_id != root_run_id
+            # Keyed on root_run_id, not the dagster/is_resume_retry tag: execute_job's re-execution
+            # sets the former only, and the tag is missing for "all steps" re-executions too.
+            assert retried.dagster_run.root_run_id == root_run_id
+            (materialization,) = retried.asset_materializations_for_node("raw__reexecuted")
+    meta = {k: v.value for k, v in materialization.metadata.items()}
+    assert meta["zerobus/partition"] == f"@{root_run_id}", "a re-execution keeps the root run's coverage"
+    assert (meta["zerobus/rows_written"], meta["zerobus/rows_skipped"]) == (ROWS - FAIL_AFTER, FAIL_AFTER)
+    ids = read_all(zerobus, "main.raw.reexecuted", "raw/reexecuted")["event_id"].to_pylist()
+    assert sorted(ids) == list(range(ROWS)), "the re-execution sent covered rows again or lost some"
 
 
 REGIONS = dg.StaticPartitionsDefinition(["eu", "us"])

@@ -20,7 +20,16 @@ from zerobus_orchestration.runtime import close_all_runtimes
 pytestmark = pytest.mark.slow
 
 
-def test_multiprocess_executor_one_pool_per_step_process(tmp_path: Path) -> None:
+# spawn (the default): children leave through sys.exit, so atexit would do. forkserver: children leave
+# through os._exit, so only the lazily registered multiprocessing Finalize hook can close their pool.
+START_METHODS = {
+    "default": None,
+    "forkserver": {"execution": {"config": {"start_method": {"forkserver": {}}}}},
+}
+
+
+@pytest.mark.parametrize("start_method", list(START_METHODS))
+def test_multiprocess_executor_one_pool_per_step_process(tmp_path: Path, start_method: str) -> None:
     warehouse = tmp_path / "warehouse"
     log_file = tmp_path / "runtime.log"
     with dg.instance_for_test() as instance:
@@ -30,7 +39,7 @@ def test_multiprocess_executor_one_pool_per_step_process(tmp_path: Path) -> None
             reconstructable_args=(str(warehouse), str(log_file)),
             reconstructor_working_directory=str(Path(__file__).parent),
         )
-        result = dg.execute_job(job, instance=instance)
+        result = dg.execute_job(job, instance=instance, run_config=START_METHODS[start_method])
         assert result.success
         starts = {
             e.step_key: e.pid for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_START

@@ -1,4 +1,5 @@
-"""The read-back sensor across the Iceberg lag: skip (cursor unchanged) -> verified -> nothing new; recovery."""
+"""The read-back sensor across the Iceberg lag: skip (cursor unchanged) -> verified -> nothing new; recovery;
+an empty materialisation (nothing to verify) moves the cursor instead of blocking it."""
 
 import time
 from pathlib import Path
@@ -8,6 +9,7 @@ import pyarrow as pa
 from zb_dagster_support import fast_config
 
 from dagster_defs import ZerobusIOManager, ZerobusResource, build_readback_sensor, build_zerobus_definitions
+from dagster_defs.naming import RESUME_PARTITION_TAG, RESUME_SOURCE_TAG
 from dagster_defs.sensors import RECOVERY_TAG, ReadbackCursor
 
 CLICKS_KEY = dg.AssetKey(["raw", "clicks"])
@@ -17,6 +19,14 @@ LAG_S = 1.5  # long enough that the first tick right after the durable write see
 @dg.asset(key=CLICKS_KEY)
 def clicks() -> pa.Table:
     return pa.table({"click_id": pa.array(range(300), pa.int64())})
+
+
+EMPTY_KEY = dg.AssetKey(["raw", "no_clicks"])
+
+
+@dg.asset(key=EMPTY_KEY)
+def no_clicks() -> pa.Table:
+    return pa.table({"click_id": pa.array([], pa.int64())})
 
 
 def _tick(
@@ -99,6 +109,66 @@ def test_sensor_requests_one_recovery_run_when_lag_exceeds_the_limit(tmp_path: P
 
     second = _tick(sensor, instance, zerobus, first.cursor)
     assert isinstance(second, dg.SkipReason), "one recovery request per materialisation"
+
+
+def test_recovery_run_resumes_the_original_coverage_instead_of_appending(tmp_path: Path) -> None:
+    zerobus, instance, original = _setup(tmp_path)
+    sensor = build_readback_sensor([CLICKS_KEY], max_lag_s=0.0)
+    first = _tick(sensor, instance, zerobus, None)
+    assert isinstance(first, dg.SensorResult)
+    (request,) = first.run_requests or []
+    assert request.tags[RESUME_SOURCE_TAG] == "raw/clicks"
+    assert request.tags[RESUME_PARTITION_TAG] == f"@{original.run_id}"
+
+    # Launch the recovery run as the daemon would: a new run (new run id) carrying the request's tags.
+    recovery = dg.materialize(
+        [clicks],
+        resources={"zerobus": zerobus, "io_manager": ZerobusIOManager(zerobus=zerobus)},
+        instance=instance,
+        tags=request.tags,
+    )
+    assert recovery.success and recovery.run_id != original.run_id
+    meta = {
+        k: v.value for k, v in recovery.asset_materializations_for_node("raw__clicks")[0].metadata.items()
+    }
+    assert meta["zerobus/partition"] == f"@{original.run_id}", "the recovery must reuse the original key"
+    assert (meta["zerobus/rows_written"], meta["zerobus/rows_skipped"]) == (0, 300)
+    report = zerobus.runtime.readback("main.raw.clicks", source="raw/clicks")
+    assert report.verified and report.rows_scanned == 300 and report.duplicate_count == 0
+
+
+def test_empty_materialisation_moves_the_cursor_with_a_zero_row_observation(tmp_path: Path) -> None:
+    zerobus = ZerobusResource.from_config(fast_config(tmp_path / "warehouse", iceberg_lag_s=LAG_S))
+    instance = dg.DagsterInstance.ephemeral()
+    resources = {"zerobus": zerobus, "io_manager": ZerobusIOManager(zerobus=zerobus)}
+    assert dg.materialize([no_clicks], resources=resources, instance=instance).success
+    # max_lag_s=0: an empty write must not look like a lagging one (no recovery run either).
+    sensor = build_readback_sensor([EMPTY_KEY], check_name="iceberg_readback", max_lag_s=0.0)
+
+    first = _tick(sensor, instance, zerobus, None)
+    assert isinstance(first, dg.SensorResult), f"an empty write must not block the sensor: {first}"
+    assert not first.run_requests
+    observation, evaluation = first.asset_events
+    assert isinstance(observation, dg.AssetObservation) and observation.asset_key == EMPTY_KEY
+    meta = {k: v.value for k, v in observation.metadata.items()}
+    assert meta["readback/nothing_to_verify"] is True and meta["readback/verified"] is True
+    assert meta["readback/rows_scanned"] == 0
+    assert isinstance(evaluation, dg.AssetCheckEvaluation) and evaluation.passed
+    record = instance.fetch_materializations(EMPTY_KEY, limit=1).records[0]
+    assert ReadbackCursor.parse(first.cursor).of("raw/no_clicks").verified == record.storage_id
+
+    after = _tick(sensor, instance, zerobus, first.cursor)
+    assert isinstance(after, dg.SkipReason) and "no new" in (after.skip_message or "")
+
+
+def test_readback_check_passes_for_an_empty_write(tmp_path: Path) -> None:
+    zerobus = ZerobusResource.from_config(fast_config(tmp_path / "warehouse"))
+    defs = build_zerobus_definitions(assets=[no_clicks], resource=zerobus, readback_checks=True)
+    result = defs.resolve_job_def("zerobus_job").execute_in_process(instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    (evaluation,) = result.get_asset_check_evaluations()
+    assert evaluation.passed, evaluation.description
+    assert "0 rows" in (evaluation.description or "")
 
 
 def test_readback_check_in_a_job_waits_for_iceberg_and_passes(tmp_path: Path) -> None:

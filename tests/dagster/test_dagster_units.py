@@ -8,7 +8,15 @@ import pyarrow as pa
 import pytest
 from pydantic import SecretStr
 
-from dagster_defs import ZerobusResource, contract_key_for, partition_for, source_for, table_ref
+from dagster_defs import (
+    ZerobusResource,
+    build_contract_asset,
+    build_zerobus_definitions,
+    contract_key_for,
+    partition_for,
+    source_for,
+    table_ref,
+)
 from dagster_defs.handlers import default_type_handlers, handler_for_load, handler_for_output
 from dagster_defs.metadata import (
     column_schema_from_arrow,
@@ -16,7 +24,7 @@ from dagster_defs.metadata import (
     report_metadata,
     write_metadata,
 )
-from dagster_defs.naming import AssetOptions
+from dagster_defs.naming import RESUME_PARTITION_TAG, RESUME_SOURCE_TAG, AssetOptions, resumed_partition
 from dagster_defs.schemas import arrow_schema_from_column_schema, arrow_schema_from_contract
 from dagster_defs.sensors import ReadbackCursor, WriteTarget, recovery_run_key
 from zerobus_orchestration.config import Role, ZerobusConfig
@@ -58,6 +66,41 @@ def test_coverage_keys_follow_the_runtime_contract() -> None:
     assert partition_for("run-1", None) == "@run-1"
     assert partition_for("run-1", "2026-01-01") == "2026-01-01@run-1"
     assert contract_key_for(key) == dg.AssetKey(["raw", "orders__contract"])
+
+
+def test_recovery_tags_resume_only_the_tagged_source_and_partition_key() -> None:
+    tags = {RESUME_SOURCE_TAG: "raw/orders", RESUME_PARTITION_TAG: "2026-01-01@run-1"}
+    assert resumed_partition(tags, "raw/orders", "2026-01-01") == "2026-01-01@run-1"
+    assert resumed_partition(tags, "raw/other", "2026-01-01") is None, "another asset of the run"
+    assert resumed_partition(tags, "raw/orders", "2026-01-02") is None, "another partition of the asset"
+    assert resumed_partition({}, "raw/orders", None) is None
+    unpartitioned = {RESUME_SOURCE_TAG: "raw/orders", RESUME_PARTITION_TAG: "@run-1"}
+    assert resumed_partition(unpartitioned, "raw/orders", None) == "@run-1"
+
+
+GATED_KEY = dg.AssetKey(["raw", "gated"])
+gated_contract = build_contract_asset(GATED_KEY, schema=pa.schema([("id", pa.int64())]))
+
+
+@dg.asset(key=GATED_KEY, deps=[gated_contract.key])
+def gated() -> pa.Table:
+    return pa.table({"id": [1]})
+
+
+@dg.asset(key=GATED_KEY)
+def ungated() -> pa.Table:
+    return pa.table({"id": [1]})
+
+
+def test_definitions_refuse_a_data_asset_that_does_not_depend_on_its_contract(tmp_path: Path) -> None:
+    resource = ZerobusResource(warehouse=str(tmp_path / "warehouse"), use_environment=False)
+    defs = build_zerobus_definitions(assets=[gated], tables=[gated_contract], resource=resource)
+    assert defs.resolve_job_def("zerobus_job") is not None
+    with pytest.raises(ConfigError, match=r"asset raw/gated does not depend on its contract asset") as info:
+        build_zerobus_definitions(assets=[ungated], tables=[gated_contract], resource=resource)
+    assert "deps=[dg.AssetKey(['raw', 'gated__contract'])]" in str(info.value)
+    with pytest.raises(ConfigError, match=r"raw/gated, which is not in assets="):
+        build_zerobus_definitions(assets=[], tables=[gated_contract], resource=resource)
 
 
 def test_resource_round_trips_a_config_to_the_same_runtime_key(tmp_path: Path) -> None:
