@@ -8,6 +8,10 @@ IO manager). One non-blocking ``runtime.readback_once`` per materialisation:
   next tick tries again; the tick returns ``SkipReason`` naming what it waits for;
 - visible: an ``AssetObservation`` with the verification report (and an ``AssetCheckEvaluation`` when
   ``check_name`` is set), and the cursor moves past that materialisation;
+- visible, but covered rows missing from the snapshot: they may still be committing (Zerobus commits
+  acknowledged rows asynchronously), so the cursor waits until ``max_lag_s``; after that the report is
+  emitted as a failed verification (no recovery run: coverage already holds those rows) and the cursor
+  moves on;
 - nothing to verify (no delivered coverage): waiting cannot create coverage, so the cursor moves on.
   A materialisation that wrote 0 rows gets an observation with ``readback/rows_scanned = 0`` and
   ``readback/nothing_to_verify`` (and a passed check); one that reports rows but has no coverage gets a
@@ -265,6 +269,14 @@ def evaluate_tick(
                     )
                     state.recovery = record.storage_id
                 break  # later materialisations of this asset wait behind this one
+            if not report.verified and lag_s <= settings.max_lag_s:
+                # Covered rows not all in the snapshot yet: Zerobus commits acknowledged rows
+                # asynchronously, so wait for them until max_lag_s before judging the write.
+                missing = sum(len(m.span) for m in report.missing_ranges)
+                outcome.waiting.append(
+                    f"{name}: {missing} delivered row(s) of {target.table} not visible yet ({lag_s:.1f}s)"
+                )
+                break
             outcome.events.extend(
                 _events_for(key, target, report, lag_s, record.storage_id, settings.check_name)
             )

@@ -115,9 +115,10 @@ class ZerobusReadbackTrigger(BaseTrigger):
         polls = 0
         started = time.time()
         interval = self.poll_interval
+        last: Attempt | None = None
         while time.time() < self.end_time:
             polls += 1
-            attempt = await self._attempt(hook)
+            attempt = last = await self._attempt(hook)
             if attempt.status is not Status.PENDING:
                 return self._event(
                     attempt.status, attempt.message, polls, started, attempt.report, attempt.reason
@@ -126,4 +127,6 @@ class ZerobusReadbackTrigger(BaseTrigger):
             await asyncio.sleep(max(0.0, min(interval, self.end_time - time.time())))
             interval = min(interval * 1.5, self.max_poll_interval)
         message = f"{self.table}: Iceberg did not show the delivered rows before the deadline"
-        return self._event(Status.TIMEOUT, message, polls, started)
+        if last is not None:
+            message += f"; last attempt: {last.message}"
+        return self._event(Status.TIMEOUT, message, polls, started, last.report if last else None)

@@ -2,9 +2,11 @@
 
 - ``success``: Iceberg shows every delivered range, once (the report is verified).
 - ``pending``: not yet: the table or namespace is not there yet, the Iceberg snapshot lags
-  (``readback_once`` returned ``None``), or a transient failure (network, timeout, service busy).
-- ``error``: a permanent problem a wait will not fix: bad configuration, auth, a verified mismatch
-  (duplicates, rows outside coverage) reported by the read-back itself.
+  (``readback_once`` returned ``None``), covered rows are not all visible yet (Zerobus commits
+  asynchronously), or a transient failure (network, timeout, service busy).
+- ``error``: a permanent problem a wait will not fix: bad configuration, auth.
+- ``timeout``: the deadline passed while still pending; it carries the last report (the covered ranges
+  Iceberg never showed), so a lasting gap is reported with its detail.
 
 "Nothing to verify" (no delivered coverage for the table/source/partition) is an ``error`` with
 ``reason`` ``nothing_to_verify``: waiting cannot create coverage, and only the sensor can tell an empty
@@ -86,13 +88,22 @@ def _report_dict(report: Any) -> dict[str, Any]:
 
 
 def judge_report(report: Any | None, table: str) -> Attempt:
-    """The outcome of ``readback_once``'s return value."""
+    """The outcome of ``readback_once``'s return value.
+
+    A report with covered rows missing is ``pending``, not an error: Zerobus commits acknowledged rows
+    asynchronously, so they may still be on their way into a later snapshot. The caller's deadline
+    turns a lasting gap into a timeout that carries this last report.
+    """
     if report is None:
         return Attempt(Status.PENDING, f"{table}: Iceberg metadata has not caught up yet")
     data = _report_dict(report)
     if bool(getattr(report, "verified", data.get("verified"))):
         return Attempt(Status.SUCCESS, f"{table}: read-back verified", data)
-    return Attempt(Status.ERROR, f"{table}: read-back found a mismatch: {data}", data)
+    return Attempt(
+        Status.PENDING,
+        f"{table}: delivered rows not all visible through Iceberg yet ({report_summary(data)})",
+        data,
+    )
 
 
 def is_not_yet(exc: BaseException) -> bool:

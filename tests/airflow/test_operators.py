@@ -28,6 +28,8 @@ from airflow_provider.operators.ingest import ZerobusIngestOperator
 from airflow_provider.sensors.readback import ZerobusReadbackSensor
 from airflow_provider.triggers.readback import ZerobusReadbackTrigger
 from zerobus_orchestration import files as files_module
+from zerobus_orchestration.ranges import CoverageKey, OffsetRange
+from zerobus_orchestration.runtime import DEFAULT_SINK_ID, source_tag
 
 pytestmark = pytest.mark.integration
 
@@ -314,6 +316,33 @@ def test_trigger_waits_out_the_iceberg_lag_then_succeeds(hook: ZerobusHook, firs
     assert payload["status"] == "success", payload
     assert payload["polls"] >= 2  # at least one "not yet" while Iceberg lagged
     assert payload["report"]["verified"] and payload["report"]["rows_scanned"] == 12
+    json.dumps(payload)
+
+
+def test_trigger_keeps_waiting_for_covered_rows_then_times_out_with_the_gap(
+    hook: ZerobusHook, first_event: FirstEvent
+) -> None:
+    """Covered rows Iceberg does not show may still be committing (Zerobus commits asynchronously): the
+    trigger keeps polling, and at its deadline reports a timeout that carries the missing ranges."""
+    table, source, partition = "main.raw.gap_orders", "gap/ingest", "manual__gap/-1"
+    hook.write(table, _orders(0, 12), source=source, partition=partition)
+    runtime = hook.get_conn()
+    key = CoverageKey(DEFAULT_SINK_ID, source_tag(source, partition), partition)
+    runtime.coverage(table).record(key, OffsetRange(12, 20))  # claimed, never delivered
+    trigger = ZerobusReadbackTrigger(
+        table=table,
+        end_time=time.time() + 4,
+        source=source,
+        partition=partition,
+        poll_interval=0.1,
+        max_poll_interval=0.3,
+    )
+    payload = first_event(trigger)
+    assert payload["status"] == "timeout", payload
+    assert payload["polls"] >= 2 and "last attempt" in payload["message"]
+    assert "not all visible" in payload["message"]
+    missing = payload["report"]["missing_ranges"]
+    assert [(m["start"], m["end"]) for m in missing] == [(12, 20)]
     json.dumps(payload)
 
 

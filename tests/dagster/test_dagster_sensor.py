@@ -11,6 +11,8 @@ from zb_dagster_support import fast_config
 from dagster_defs import ZerobusIOManager, ZerobusResource, build_readback_sensor, build_zerobus_definitions
 from dagster_defs.naming import RESUME_PARTITION_TAG, RESUME_SOURCE_TAG
 from dagster_defs.sensors import RECOVERY_TAG, ReadbackCursor
+from zerobus_orchestration.ranges import CoverageKey, OffsetRange
+from zerobus_orchestration.runtime import DEFAULT_SINK_ID, source_tag
 
 CLICKS_KEY = dg.AssetKey(["raw", "clicks"])
 LAG_S = 1.5  # long enough that the first tick right after the durable write sees nothing in Iceberg
@@ -182,3 +184,28 @@ def test_readback_check_in_a_job_waits_for_iceberg_and_passes(tmp_path: Path) ->
     assert evaluation.metadata["readback/rows_scanned"].value == 300
     sensor = defs.resolve_sensor_def("zerobus_readback")
     assert sensor.asset_selection is not None
+
+
+def test_covered_rows_not_visible_wait_until_max_lag_then_fail_the_check(tmp_path: Path) -> None:
+    """Zerobus commits acknowledged rows asynchronously: covered rows missing from the snapshot are
+    waited for (cursor unchanged, no recovery) until ``max_lag_s``, then judged as a failed check."""
+    zerobus, instance, result = _setup(tmp_path)
+    assert zerobus.runtime.readback("main.raw.clicks", source="raw/clicks").verified  # past the lag
+    partition = f"@{result.run_id}"
+    key = CoverageKey(DEFAULT_SINK_ID, source_tag("raw/clicks", partition), partition)
+    zerobus.runtime.coverage("main.raw.clicks").record(key, OffsetRange(300, 310))  # never delivered
+
+    patient = build_readback_sensor([CLICKS_KEY], check_name="iceberg_readback", max_lag_s=600)
+    waiting = _tick(patient, instance, zerobus, None)
+    assert isinstance(waiting, dg.SkipReason), "missing rows may still be committing: wait"
+    assert "10 delivered row(s)" in (waiting.skip_message or "")
+
+    impatient = build_readback_sensor([CLICKS_KEY], check_name="iceberg_readback", max_lag_s=0.0)
+    judged = _tick(impatient, instance, zerobus, None)
+    assert isinstance(judged, dg.SensorResult) and not judged.run_requests
+    observation, evaluation = judged.asset_events
+    assert isinstance(evaluation, dg.AssetCheckEvaluation) and not evaluation.passed
+    meta = {k: v.value for k, v in observation.metadata.items()}
+    assert meta["readback/verified"] is False and meta["readback/missing_rows"] == 10
+    record = instance.fetch_materializations(CLICKS_KEY, limit=1).records[0]
+    assert ReadbackCursor.parse(judged.cursor).of("raw/clicks").verified == record.storage_id
