@@ -95,6 +95,12 @@ class SdkStreamOptions(_Model):
     connection_timeout_ms: int = Field(30_000, gt=0)
     max_inflight_batches: int = Field(1_000, gt=0)
     ipc_compression: Literal["none", "lz4_frame", "zstd"] = "none"
+    stream_paused_max_wait_time_ms: int | None = Field(
+        None,
+        gt=0,
+        description="On a server rotation signal, wait at most this long for in-flight acks before "
+        "reconnecting (default: the server's whole grace period).",
+    )
 
 
 class CatalogConfig(_Model):

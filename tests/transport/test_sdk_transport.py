@@ -450,3 +450,28 @@ def test_loopback_endpoints_bypass_proxies(monkeypatch: pytest.MonkeyPatch) -> N
         assert os.environ[var].split(",") == ["internal.example", "127.0.0.1", "localhost", "::1"]
     bypass_proxy_for_loopback("http://localhost:1")  # idempotent
     assert os.environ["NO_PROXY"].count("localhost") == 1
+
+
+def test_every_stream_option_reaches_the_sdk() -> None:
+    """Each SdkStreamOptions field is handed to the SDK's ArrowStreamConfigurationOptions, none dropped."""
+    from zerobus import IPCCompression
+
+    from zerobus_orchestration.config import SdkStreamOptions
+    from zerobus_orchestration.transport.sdk import arrow_stream_options
+
+    ours = SdkStreamOptions(
+        recovery=False,
+        recovery_timeout_ms=1_111,
+        recovery_backoff_ms=222,
+        recovery_retries=3,
+        server_lack_of_ack_timeout_ms=4_444,
+        flush_timeout_ms=5_555,
+        connection_timeout_ms=6_666,
+        max_inflight_batches=77,
+        ipc_compression="zstd",
+        stream_paused_max_wait_time_ms=888,
+    )
+    theirs = arrow_stream_options(ours)
+    for name, value in ours.model_dump().items():
+        expected = IPCCompression.ZSTD if name == "ipc_compression" else value
+        assert getattr(theirs, name) == expected, name

@@ -96,6 +96,7 @@ def arrow_stream_options(options: SdkStreamOptions) -> Any:
         flush_timeout_ms=options.flush_timeout_ms,
         connection_timeout_ms=options.connection_timeout_ms,
         ipc_compression=compression,
+        stream_paused_max_wait_time_ms=options.stream_paused_max_wait_time_ms,
     )
 
 
