@@ -201,3 +201,31 @@ def test_describe_statements_quote_hostile_table_names() -> None:
     table = TableName("c`at", "s", "t; DROP TABLE x")
     assert describe_detail_sql(table) == "DESCRIBE DETAIL `c``at`.`s`.`t; DROP TABLE x`"
     assert latest_history_sql(table) == "DESCRIBE HISTORY `c``at`.`s`.`t; DROP TABLE x` LIMIT 1"
+
+
+def test_turning_column_mapping_on_runs_before_adding_a_name_that_needs_it() -> None:
+    live = TableState(
+        "c.s.t",
+        (LiveColumn("id", "BIGINT", pa.int64(), True, None),),
+        {},
+        ProtocolInfo(1, 2),
+        "tid",
+        None,
+        0,
+        True,
+    )
+    props = {"delta.columnMapping.mode": "name", "twg.owner": "a"}
+
+    def wanted(extra: str) -> DesiredTable:
+        schema = pa.schema([("id", pa.int64()), (extra, pa.string())])
+        return DesiredTable.build("c.s.t", schema, Role.DERIVED, properties=props)
+
+    hostile = plan(live, wanted("ship to"))
+    assert [s.kind for s in hostile.steps][:2] == ["set_property", "add_column"]  # printed in run order
+    first, add, *rest = render_plan(hostile)
+    assert first == "ALTER TABLE `c`.`s`.`t` SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name')"
+    assert add.startswith("ALTER TABLE `c`.`s`.`t` ADD COLUMNS (`ship to` STRING")
+    assert "columnMapping" not in rest[-1] and "'twg.owner' = 'a'" in rest[-1]
+    # Plain added names need no head start: every property stays in one statement after the columns.
+    plain = render_plan(plan(live, wanted("ship_to")))
+    assert "ADD COLUMNS" in plain[0] and "'delta.columnMapping.mode' = 'name'" in plain[-1]

@@ -18,6 +18,7 @@ from zerobus_orchestration.catalog.plan import (
     SetComment,
     SetProperty,
     WidenColumn,
+    names_needing_column_mapping,
     plan,
 )
 from zerobus_orchestration.config import CommentPolicy, Role
@@ -328,3 +329,20 @@ def test_negative_decimal_scale_is_refused_naming_the_column_and_the_cast() -> N
     assert [(type(s), s.column) for s in p.steps if isinstance(s, Refuse)] == [(Refuse, "price")]
     with pytest.raises(PlanRefusedError, match=r"events\.price: .*cast it to decimal128\(7, 0\)"):
         p.raise_if_refused()
+
+
+def test_names_needing_column_mapping_include_nested_fields_and_only_declared_ones() -> None:
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            ("order id", pa.string()),
+            ("lines", pa.list_(pa.struct([("unit price", pa.float64()), ("sku", pa.string())]))),
+            ("attrs", pa.map_(pa.string(), pa.struct([("a=b", pa.int32())]))),
+            ("dotted.ok", pa.string()),
+        ]
+    )
+    created = plan(None, desired(schema))
+    assert names_needing_column_mapping(created.steps) == ["order id", "lines.unit price", "attrs.a=b"]
+    # On a live table only what the plan adds counts: the rest is already there.
+    live = live_from(desired(schema), drop=("order id",))
+    assert names_needing_column_mapping(plan(live, desired(schema)).steps) == ["order id"]

@@ -13,6 +13,8 @@ from databricks.sdk.service.sql import StatementResponse, StatementState
 from zerobus_orchestration.catalog.ddl import string_literal
 from zerobus_orchestration.catalog.unity import workspace_client
 from zerobus_orchestration.testing import FakeUnityCatalog
+from zerobus_orchestration.testing.uc_state import StatementFailure
+from zerobus_orchestration.types import quote_identifier
 
 UNIFORM_PROPS = (
     "TBLPROPERTIES ('delta.enableIcebergCompatV2' = 'true', "
@@ -361,3 +363,50 @@ def test_shipped_pytest_plugin_fixture_serves_the_sdk(fake_unity_catalog: FakeUn
     w = workspace_client(fake_unity_catalog.url, token=fake_unity_catalog.pat, retry_timeout_seconds=5)
     fake_unity_catalog.execute_sql("CREATE TABLE main.raw.t (id INT)")
     assert w.tables.get("main.raw.t").full_name == "main.raw.t"
+
+
+@pytest.mark.parametrize("char", list(" ,;{}()\n\t="), ids=repr)
+def test_names_needing_column_mapping_fail_create_and_add_without_it(
+    fake_uc: FakeUnityCatalog, char: str
+) -> None:
+    name = quote_identifier(f"order{char}id")
+    with pytest.raises(StatementFailure) as created:
+        fake_uc.execute_sql(f"CREATE TABLE main.raw.t (id INT, {name} STRING)")
+    assert created.value.error_class == "DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES"
+    assert f"Invalid column names: {name}." in str(created.value)
+    assert fake_uc.table("main.raw.t") is None  # the failed CREATE left nothing behind
+
+    fake_uc.execute_sql("CREATE TABLE main.raw.t (id INT)")
+    with pytest.raises(StatementFailure, match=r"^\[DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES\]"):
+        fake_uc.execute_sql(f"ALTER TABLE main.raw.t ADD COLUMNS (ok INT, {name} STRING)")
+    table = fake_uc.table("main.raw.t")
+    assert table is not None and [c.name for c in table.columns] == ["id"] and table.version == 0
+
+
+def test_nested_field_names_are_checked_too(fake_uc: FakeUnityCatalog) -> None:
+    with pytest.raises(StatementFailure) as info:
+        fake_uc.execute_sql(
+            "CREATE TABLE main.raw.t (id INT, lines ARRAY<STRUCT<`unit price`: DOUBLE>>, "
+            "attrs MAP<STRING, STRUCT<ok: INT, `a=b`: INT>>)"
+        )
+    assert info.value.error_class == "DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES"
+    assert "Invalid column names: lines.`unit price`, attrs.`a=b`." in str(info.value)
+
+
+def test_column_mapping_allows_those_names(w: WorkspaceClient, fake_uc: FakeUnityCatalog) -> None:
+    mapped = sql(
+        w,
+        fake_uc,
+        "CREATE TABLE main.raw.m (`order id` INT, s STRUCT<`unit price`: DOUBLE>) "
+        "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')",
+    )
+    assert mapped.status is not None and mapped.status.state is StatementState.SUCCEEDED
+    sql(w, fake_uc, "CREATE TABLE main.raw.p (id INT)")
+    refused = sql(w, fake_uc, "ALTER TABLE main.raw.p ADD COLUMNS (`order id` INT)")
+    assert refused.status is not None and refused.status.state is StatementState.FAILED
+    assert error_of(refused).startswith("[DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES]")
+    # Turning column mapping on for a live table is what Databricks documents; then the add passes.
+    sql(w, fake_uc, "ALTER TABLE main.raw.p SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+    added = sql(w, fake_uc, "ALTER TABLE main.raw.p ADD COLUMNS (`order id` INT)")
+    assert added.status is not None and added.status.state is StatementState.SUCCEEDED
+    assert [c.name for c in w.tables.get("main.raw.p").columns or []] == ["id", "order id"]

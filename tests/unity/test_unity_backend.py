@@ -324,6 +324,8 @@ def test_hostile_names_and_comments_round_trip_through_sql(unity: UnityCatalog) 
     outcome = unity.reconcile(table, desired_table)
     state = outcome.state
     assert state.name == "main.raw.odd`table"
+    # "we`ird name" has a space: a Delta table holds it only with column mapping, even a derived one.
+    assert state.properties["delta.columnMapping.mode"] == "name"
     weird = state.column("we`ird name")
     assert (
         weird is not None
@@ -456,3 +458,87 @@ def test_losing_a_create_race_converges_on_the_table_the_other_producer_made(
     assert outcome.state.column("name") is not None and outcome.state.role is Role.PRIMARY_RAW
     assert unity.plan(TABLE, desired()).empty
     assert unmet(check_primary_raw(unity, TABLE)) == []
+
+
+ORDERS = "main.sales.orders"
+
+
+def orders(*fields: pa.Field, **kwargs: object) -> DesiredTable:
+    columns = pa.schema([pa.field("id", pa.int64(), nullable=False), *fields])
+    return DesiredTable.build(ORDERS, columns, Role.DERIVED, **kwargs)  # type: ignore[arg-type]
+
+
+def test_derived_table_with_names_delta_refuses_unmapped_is_created_with_column_mapping(
+    unity: UnityCatalog, fake_uc: FakeUnityCatalog
+) -> None:
+    lines = pa.list_(pa.struct([("unit price", pa.float64()), ("sku", pa.string())]))
+    wanted = orders(pa.field("order id", pa.string()), pa.field("lines", lines))
+    (create,) = unity.planned_statements(ORDERS, wanted)
+    assert "'delta.columnMapping.mode' = 'name'" in create
+    outcome = unity.reconcile(ORDERS, wanted)
+    state = outcome.state
+    assert state.properties["delta.columnMapping.mode"] == "name"
+    assert "columnMapping" in state.protocol.features and state.protocol.min_reader_version >= 2
+    assert state.role is Role.DERIVED and state.column("order id") is not None
+    assert state.arrow_schema().field("lines").type == lines
+    assert any("'order id', 'lines.unit price'" in n for n in outcome.notes)
+    assert unity.plan(ORDERS, wanted).empty  # the property it added is not re-planned
+    # A producer's batch (a subset) on the mapped table plans nothing either.
+    assert unity.plan(ORDERS, orders(pa.field("order id", pa.string()), subset=True)).empty
+
+
+def test_evolving_a_plain_table_with_such_a_name_turns_column_mapping_on_first(
+    unity: UnityCatalog, fake_uc: FakeUnityCatalog
+) -> None:
+    unity.reconcile(ORDERS, orders(pa.field("amount", pa.float64())))
+    table = fake_uc.table(ORDERS)
+    assert table is not None and not table.column_mapping_enabled and table.version == 0
+    wanted = orders(pa.field("amount", pa.float64()), pa.field("ship to", pa.string()))
+    assert [s.describe() for s in unity.plan(ORDERS, wanted).steps] == [
+        f"set property delta.columnMapping.mode='name' on {ORDERS} (was None)",
+        f"add column ship to STRING to {ORDERS}",
+    ]
+    assert unity.planned_statements(ORDERS, wanted) == [
+        "ALTER TABLE `main`.`sales`.`orders` SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name')",
+        "ALTER TABLE `main`.`sales`.`orders` ADD COLUMNS (`ship to` STRING)",
+    ]
+    assert table.version == 0  # the dry run ran nothing
+    outcome = unity.reconcile(ORDERS, wanted)
+    assert outcome.applied and (outcome.version_before, outcome.version_after) == (0, 2)
+    assert outcome.state.properties["delta.columnMapping.mode"] == "name"
+    assert outcome.state.column("ship to") is not None and outcome.state.column("amount") is not None
+    assert unity.plan(ORDERS, wanted).empty
+
+
+def test_adopting_a_plain_table_as_primary_raw_maps_columns_before_adding_them(
+    unity: UnityCatalog, fake_uc: FakeUnityCatalog
+) -> None:
+    fake_uc.execute_sql(f"CREATE TABLE {TABLE} (id BIGINT NOT NULL, name STRING)")
+    wanted = desired(pa.field("zip code", pa.string()))
+    statements = unity.planned_statements(TABLE, wanted)
+    assert len(statements) == 3
+    assert statements[0] == (
+        "ALTER TABLE `main`.`raw`.`events` SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name')"
+    )
+    assert statements[1].startswith("ALTER TABLE `main`.`raw`.`events` ADD COLUMNS (`zip code` STRING, ")
+    # The UniForm properties follow the columns, as before; column mapping is not set twice.
+    assert "'delta.enableIcebergCompatV2' = 'true'" in statements[2]
+    assert "delta.columnMapping.mode" not in statements[2]
+    outcome = unity.reconcile(TABLE, wanted)
+    assert outcome.state.column("zip code") is not None
+    assert unmet(check_primary_raw(unity, TABLE)) == []
+
+
+def test_a_pinned_mode_without_column_mapping_is_refused_naming_table_column_and_fixes(
+    unity: UnityCatalog, fake_uc: FakeUnityCatalog
+) -> None:
+    wanted = orders(pa.field("order id", pa.string()), properties={"delta.columnMapping.mode": "none"})
+    before = submitted(fake_uc)
+    with pytest.raises(PlanRefusedError) as info:
+        unity.reconcile(ORDERS, wanted)
+    (reason,) = info.value.reasons
+    assert reason.startswith(f"refuse {ORDERS}.order id: the name contains characters")
+    assert "'delta.columnMapping.mode' = 'none'" in reason
+    assert "rename it (e.g. 'order_id')" in reason and "set 'delta.columnMapping.mode' = 'name'" in reason
+    assert unity.describe(ORDERS) is None
+    assert submitted(fake_uc) - before == 0  # refused on the describe alone (absent: no DESCRIBE SQL)

@@ -50,6 +50,10 @@ ICEBERG_COMPAT_V2 = "delta.enableIcebergCompatV2"
 UNIFORM_FORMATS = "delta.universalFormat.enabledFormats"
 COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
 DELETION_VECTORS = "delta.enableDeletionVectors"
+COLUMN_MAPPING_MODES = frozenset({"name", "id"})  # the values that turn column mapping on
+# Characters Delta refuses in any column or nested field name unless column mapping is on
+# (DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES): without it the name is the Parquet column name.
+CHARS_NEEDING_COLUMN_MAPPING = frozenset(" ,;{}()\n\t=")
 
 # Capability names a backend may report as emulated (embedded mode cannot produce them for real).
 EMULATED_COLUMN_MAPPING = "columnMapping"

@@ -19,6 +19,7 @@ from zerobus_orchestration.catalog.plan import (
     SetComment,
     SetProperty,
     WidenColumn,
+    column_mapping_first,
 )
 from zerobus_orchestration.tables import TableName
 from zerobus_orchestration.types import delta_type, quote_identifier
@@ -102,8 +103,9 @@ def latest_history_sql(table: str | TableName) -> str:
 def render_plan(plan: ReconcilePlan) -> list[str]:
     """Statements executing ``plan`` in order (raises ``PlanRefusedError`` on any ``Refuse``).
 
-    Added columns go in one ``ADD COLUMNS`` and properties in one ``SET TBLPROPERTIES``; an empty plan
-    renders no statement.
+    Added columns go in one ``ADD COLUMNS`` and properties in one ``SET TBLPROPERTIES``, except that
+    turning column mapping on runs in its own statement ahead of ``ADD COLUMNS`` when a column the
+    plan adds needs it (``plan.column_mapping_first``); an empty plan renders no statement.
     """
     plan.raise_if_refused()
     statements: list[str] = []
@@ -112,6 +114,13 @@ def render_plan(plan: ReconcilePlan) -> list[str]:
     for step in plan.steps:
         if isinstance(step, CreateTable):
             statements.append(create_table_sql(step))
+    mapping = column_mapping_first(plan.steps)
+    if mapping is not None:
+        # No 'delta.minReaderVersion'/'delta.minWriterVersion' beside it: Databricks upgrades the
+        # protocol itself when column mapping is turned on (documented with error class
+        # DELTA_UNSUPPORTED_COLUMN_MAPPING_PROTOCOL), and fixed legacy versions would not fit a table
+        # already on table features (writer 7).
+        statements.append(set_properties_sql(plan.table, {mapping.key: props.pop(mapping.key)}))
     if added:
         statements.append(add_columns_sql(plan.table, added))
     for step in plan.steps:

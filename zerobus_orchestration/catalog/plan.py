@@ -21,13 +21,21 @@ Rules:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from zerobus_orchestration.catalog.base import DesiredColumn, DesiredTable, LiveColumn, TableState
+from zerobus_orchestration.catalog.base import (
+    CHARS_NEEDING_COLUMN_MAPPING,
+    COLUMN_MAPPING_MODE,
+    COLUMN_MAPPING_MODES,
+    DesiredColumn,
+    DesiredTable,
+    LiveColumn,
+    TableState,
+)
 from zerobus_orchestration.config import CommentPolicy, Role
 from zerobus_orchestration.contracts import CommentStatus, comment_status, managed_comment
 from zerobus_orchestration.errors import PlanRefusedError, UnsupportedType
@@ -294,10 +302,64 @@ def plan(live: TableState | None, desired: DesiredTable, allow_widening: bool = 
     return ReconcilePlan(table, tuple(_ordered(steps)), tuple(notes))
 
 
+def column_mapping_first(steps: Sequence[Step]) -> SetProperty | None:
+    """The step turning column mapping on when a column the same plan adds needs it: it runs first.
+
+    Delta refuses an added name containing ``CHARS_NEEDING_COLUMN_MAPPING`` until column mapping is on,
+    so renderers run this property ahead of ``ADD COLUMNS`` and printed plans list it there too. With
+    plain names it stays with the other properties: one statement, one table version fewer.
+    """
+    if not names_needing_column_mapping([s for s in steps if isinstance(s, AddColumn)]):
+        return None
+    return next(
+        (
+            s
+            for s in steps
+            if isinstance(s, SetProperty)
+            and s.key == COLUMN_MAPPING_MODE
+            and s.value.lower() in COLUMN_MAPPING_MODES
+        ),
+        None,
+    )
+
+
+def names_needing_column_mapping(steps: Sequence[Step]) -> list[str]:
+    """Names the plan would declare (``outer.inner`` for struct fields) that need column mapping."""
+    declared = [c for s in steps if isinstance(s, CreateTable) for c in s.columns]
+    declared += [s.column for s in steps if isinstance(s, AddColumn)]
+    return [
+        ".".join(path)
+        for column in declared
+        for path in _field_paths((column.name,), column.arrow_type)
+        if CHARS_NEEDING_COLUMN_MAPPING.intersection(path[-1])
+    ]
+
+
+def _field_paths(path: tuple[str, ...], t: pa.DataType) -> Iterator[tuple[str, ...]]:
+    yield path
+    yield from _nested_field_paths(path, t)
+
+
+def _nested_field_paths(path: tuple[str, ...], t: pa.DataType) -> Iterator[tuple[str, ...]]:
+    # Storage types only (``arrow_storage_type``): lists, maps and structs can nest struct fields,
+    # and Delta checks every nested field name, not just the top-level column.
+    if pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            field_ = t.field(i)
+            yield from _field_paths((*path, field_.name), field_.type)
+    elif pa.types.is_list(t):
+        yield from _nested_field_paths(path, t.value_type)
+    elif pa.types.is_map(t):
+        yield from _nested_field_paths(path, t.key_type)
+        yield from _nested_field_paths(path, t.item_type)
+
+
 def _ordered(steps: list[Step]) -> list[Step]:
-    # Refusals first so a printed plan leads with what blocks it; otherwise schema before metadata.
+    # Refusals first so a printed plan leads with what blocks it; otherwise schema before metadata,
+    # except that turning column mapping on precedes the columns that may need it.
     rank = {Refuse: 0, CreateTable: 1, AddColumn: 2, WidenColumn: 3, SetComment: 4, SetProperty: 5}
-    return sorted(steps, key=lambda s: rank[type(s)])
+    first = column_mapping_first(steps)
+    return sorted(steps, key=lambda s: 1.5 if s is first else rank[type(s)])
 
 
 def _storage_or_refuse(table: str, col: DesiredColumn, steps: list[Step]) -> pa.DataType | None:

@@ -8,6 +8,10 @@
   one statement at a time through the SQL Statement Execution API on ``sql_warehouse_id``. A failed
   statement does not raise in the SDK: each final state is checked, PENDING/RUNNING is polled, and a
   failure raises ``StatementFailedError`` naming the statement, the error and what had already run.
+  A column or nested field name Delta accepts only with column mapping (space , ; { } ( ) newline
+  tab =) gets the table ``delta.columnMapping.mode`` = ``name``, whatever its role: at CREATE, or as a
+  step run ahead of ``ADD COLUMNS`` on a live table without it; a mode the caller pinned otherwise is
+  refused instead.
 - ``register_sink``: a ``twg.sink.<id>`` table property.
 - ``vend_credentials``: READ, and WRITE (``READ_WRITE``), through ``temporary_table_credentials``. WRITE on
   a MANAGED Delta table raises ``NotSupportedError`` without asking (Unity Catalog vends write credentials
@@ -42,6 +46,9 @@ from pydantic import SecretStr
 
 from zerobus_orchestration import __version__
 from zerobus_orchestration.catalog.base import (
+    CHARS_NEEDING_COLUMN_MAPPING,
+    COLUMN_MAPPING_MODE,
+    COLUMN_MAPPING_MODES,
     PROP_ROLE,
     Access,
     DesiredTable,
@@ -58,7 +65,15 @@ from zerobus_orchestration.catalog.ddl import (
     render_plan,
     set_properties_sql,
 )
-from zerobus_orchestration.catalog.plan import ReconcilePlan, WidenColumn, plan
+from zerobus_orchestration.catalog.plan import (
+    CreateTable,
+    ReconcilePlan,
+    Refuse,
+    SetProperty,
+    WidenColumn,
+    names_needing_column_mapping,
+    plan,
+)
 from zerobus_orchestration.config import Role, ZerobusConfig
 from zerobus_orchestration.errors import CatalogError, ConfigError, NotSupportedError, UnsupportedType
 from zerobus_orchestration.tables import TableName
@@ -343,7 +358,28 @@ class UnityCatalog:
     def _plan_against(self, live: TableState | None, desired: DesiredTable) -> ReconcilePlan:
         if desired.role is Role.PRIMARY_RAW:
             desired = desired.with_properties(primary_raw_properties(real_column_mapping=True))
-        return plan(live, desired, allow_widening=desired.allow_widening or self._allow_widening)
+        allow_widening = desired.allow_widening or self._allow_widening
+        steps = plan(live, desired, allow_widening=allow_widening)
+        needing = names_needing_column_mapping(steps.steps)
+        if not needing or _mapping_mode_after(live, steps) in COLUMN_MAPPING_MODES:
+            return steps
+        pinned = desired.properties.get(COLUMN_MAPPING_MODE)
+        if pinned is not None:
+            # The caller asked for this mode explicitly: overriding it silently would be worse than
+            # saying which names clash with it.
+            refusals = tuple(_clashes_with_pinned_mode(steps.table, name, pinned) for name in needing)
+            return ReconcilePlan(steps.table, refusals + steps.steps, steps.notes)
+        # Any role: a table without column mapping cannot hold these names at all (Delta error class
+        # DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES), so the table gets column mapping instead of a
+        # plan that only fails once it reaches the warehouse.
+        mapped = plan(
+            live, desired.with_properties({COLUMN_MAPPING_MODE: "name"}), allow_widening=allow_widening
+        )
+        note = (
+            f"{steps.table}: column mapping 'name' is turned on because {_quoted(needing)} contain "
+            f"characters Delta allows in column names only with column mapping ({_CHARS_TEXT})"
+        )
+        return ReconcilePlan(mapped.table, mapped.steps, (*mapped.notes, note))
 
     @staticmethod
     def _statements(table: str, live: TableState | None, steps: ReconcilePlan) -> list[str]:
@@ -477,6 +513,36 @@ class UnityCatalog:
         return response
 
 
+# The characters of ``CHARS_NEEDING_COLUMN_MAPPING`` spelled for messages (space and controls named).
+_CHARS_TEXT = "space , ; { } ( ) newline tab ="
+
+
+def _mapping_mode_after(live: TableState | None, steps: ReconcilePlan) -> str:
+    """The table's ``delta.columnMapping.mode`` once ``steps`` ran (``none`` when unset)."""
+    for step in steps.steps:
+        if isinstance(step, CreateTable):
+            return step.properties.get(COLUMN_MAPPING_MODE, "none").lower()
+        if isinstance(step, SetProperty) and step.key == COLUMN_MAPPING_MODE:
+            return step.value.lower()
+    return (live.properties.get(COLUMN_MAPPING_MODE, "none") if live else "none").lower()
+
+
+def _clashes_with_pinned_mode(table: str, name: str, pinned: str) -> Refuse:
+    safe = "".join("_" if ch in CHARS_NEEDING_COLUMN_MAPPING else ch for ch in name.split(".")[-1])
+    return Refuse(
+        table,
+        name,
+        f"the name contains characters ({_CHARS_TEXT}) that Delta allows only with column mapping "
+        f"(DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES), but the desired properties pin "
+        f"'{COLUMN_MAPPING_MODE}' = {pinned!r}; rename it (e.g. {safe!r}) or set "
+        f"'{COLUMN_MAPPING_MODE}' = 'name'",
+    )
+
+
+def _quoted(names: Sequence[str]) -> str:
+    return ", ".join(repr(n) for n in names)
+
+
 def _state(response: StatementResponse) -> StatementState | None:
     return response.status.state if response.status else None
 
@@ -498,6 +564,11 @@ def _failure(
         text += f"\n  already applied ({len(executed)}): " + "; ".join(executed)
     if error_class and error_class.startswith("DELTA_ICEBERG_COMPAT_VIOLATION.DELETION_VECTORS"):
         text += "\n  fix: set 'delta.enableDeletionVectors' = 'false' (and purge existing deletion vectors)"
+    if error_class == "DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES":
+        text += (
+            f"\n  fix: rename the column without {_CHARS_TEXT}, or turn column mapping on first "
+            f"(set '{COLUMN_MAPPING_MODE}' = 'name')"
+        )
     return StatementFailedError(
         text,
         statement=statement,

@@ -182,6 +182,7 @@ class SqlEngine:
         table.comment = comment
         table.location = location
         table.apply_properties(properties, creating=True)
+        table.check_column_names(table.columns)  # after the properties: they may turn column mapping on
         table.note_column_types()
         self.metastore.add(table)
         table.version = -1

@@ -10,7 +10,10 @@ Rules emulated (what a primary-raw reconcile runs into on a real workspace):
 - ``delta.universalFormat.enabledFormats=iceberg`` needs IcebergCompatV2
   (``DELTA_UNIVERSAL_FORMAT_VIOLATION``);
 - ``ALTER COLUMN TYPE`` needs ``delta.enableTypeWidening``; with IcebergCompatV2 only Iceberg-legal
-  promotions (int -> long, float -> double, decimal precision up, same scale) pass.
+  promotions (int -> long, float -> double, decimal precision up, same scale) pass;
+- without column mapping (``delta.columnMapping.mode`` not ``name``/``id``), a column or nested field
+  name containing a space, newline, tab or any of ``,;{}()=`` fails CREATE TABLE and ADD COLUMNS
+  (``DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES``).
 Every successful DDL commits one Delta version; UniForm conversion follows unless held.
 """
 
@@ -38,6 +41,9 @@ _READER_V3_FEATURES = frozenset(
     {"deletionVectors", "timestampNtz", "typeWidening", "v2Checkpoint", "variantType"}
 )
 _READER_FEATURES = _READER_V3_FEATURES | {"columnMapping"}
+# Written independently of ``catalog.base.CHARS_NEEDING_COLUMN_MAPPING`` on purpose: the fake stands in
+# for Databricks, so sharing the backend's constant would let one typo pass both sides.
+_INVALID_WITHOUT_COLUMN_MAPPING = frozenset(" ,;{}()\n\t=")
 
 
 class StatementFailure(Exception):
@@ -123,6 +129,10 @@ class FakeTable:
         return max(7, declared) if self.features else declared
 
     @property
+    def column_mapping_enabled(self) -> bool:
+        return self.properties.get(COLUMN_MAPPING, "none").lower() in ("name", "id")
+
+    @property
     def uniform_enabled(self) -> bool:
         formats = {f.strip().lower() for f in self.properties.get(UNIFORM_FORMATS, "").split(",")}
         return "iceberg" in formats and _true(self.properties.get(ICEBERG_COMPAT_V2))
@@ -192,7 +202,27 @@ class FakeTable:
         self.properties = merged
         self.features = features
 
+    def check_column_names(self, columns: list[FakeColumn]) -> None:
+        """Refuse names Parquet cannot carry as they are: only column mapping decouples them."""
+        if self.column_mapping_enabled:
+            return
+        invalid = [
+            ".".join(_quoted_part(p) for p in path)
+            for column in columns
+            for path in uc_types.field_paths(column.name, column.dtype)
+            if _INVALID_WITHOUT_COLUMN_MAPPING.intersection(path[-1])
+        ]
+        if invalid:
+            raise StatementFailure(
+                "DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES",
+                "Found invalid character(s) among ' ,;{}()\\n\\t=' in the column names of your schema. "
+                f"Invalid column names: {', '.join(invalid)}. Please use other characters and try again. "
+                "Alternatively, enable Column Mapping to keep using these characters.",
+                sqlstate="42K05",
+            )
+
     def add_column(self, column: FakeColumn) -> None:
+        self.check_column_names([column])
         if self.column(column.name) is not None:
             raise StatementFailure(
                 "FIELD_ALREADY_EXISTS",
@@ -326,6 +356,12 @@ class FakeTable:
             "tableFeatures": sorted(self.features),
             "statistics": {},
         }
+
+
+def _quoted_part(name: str) -> str:
+    # Spark's multi-part name spelling: a part that would not read back as one identifier is backticked.
+    simple = name.replace("_", "a").isalnum() and not name[:1].isdigit()
+    return name if simple else "`" + name.replace("`", "``") + "`"
 
 
 def _precision_scale(dtype: exp.DataType) -> dict[str, int]:

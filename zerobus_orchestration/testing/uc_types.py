@@ -9,6 +9,7 @@ three from it, so a DDL statement parsed by sqlglot and the REST answer can neve
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from sqlglot import exp
@@ -167,6 +168,22 @@ def type_name(dtype: exp.DataType) -> str:
 def sql_text(dtype: exp.DataType) -> str:
     """Databricks SQL spelling, e.g. ``BIGINT``, ``STRUCT<a: INT>`` (used in error messages)."""
     return str(dtype.sql(dialect="databricks"))
+
+
+def field_paths(name: str, dtype: exp.DataType) -> Iterator[tuple[str, ...]]:
+    """The column's own path, then the path of every struct field nested in it (through arrays and maps)."""
+    yield (name,)
+    yield from _nested_paths((name,), dtype)
+
+
+def _nested_paths(path: tuple[str, ...], dtype: exp.DataType) -> Iterator[tuple[str, ...]]:
+    if dtype.this == _T.STRUCT:
+        for f in _struct_fields(dtype):
+            yield (*path, f.name)
+            yield from _nested_paths((*path, f.name), _field_type(f))
+    elif dtype.this in (_T.ARRAY, _T.MAP):
+        for element in _element_types(dtype):
+            yield from _nested_paths(path, element)
 
 
 def contains_ntz(dtype: exp.DataType) -> bool:
