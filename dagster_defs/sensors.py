@@ -130,11 +130,28 @@ def _unverifiable_events(
     check_name: str | None,
 ) -> list[dg.AssetObservation | dg.AssetCheckEvaluation]:
     passed, why = verdict
-    metadata: dict[str, Any] = {
+    judged = {
         "readback/verified": passed,
         "readback/nothing_to_verify": True,
         "readback/rows_scanned": 0,
         "readback/detail": why,
+    }
+    return _readback_events(key, target, judged, passed, why, lag_s, storage_id, check_name)
+
+
+def _readback_events(
+    key: dg.AssetKey,
+    target: WriteTarget,
+    judged: Mapping[str, Any],
+    passed: bool,
+    description: str,
+    lag_s: float,
+    storage_id: int,
+    check_name: str | None,
+) -> list[dg.AssetObservation | dg.AssetCheckEvaluation]:
+    """The observation (and check evaluation, if ``check_name``) recording one judged materialisation."""
+    metadata: dict[str, Any] = {
+        **judged,
         "readback/lag_s": round(lag_s, 3),
         "readback/materialization_storage_id": storage_id,
         KEY_TABLE: target.table,
@@ -147,7 +164,11 @@ def _unverifiable_events(
     if check_name is not None:
         events.append(
             dg.AssetCheckEvaluation(
-                asset_key=key, check_name=check_name, passed=passed, metadata=metadata, description=why
+                asset_key=key,
+                check_name=check_name,
+                passed=passed,
+                metadata=metadata,
+                description=description,
             )
         )
     return events
@@ -173,30 +194,13 @@ class ReadbackSensorSettings:
 def _events_for(
     key: dg.AssetKey, target: WriteTarget, report: Any, lag_s: float, storage_id: int, check_name: str | None
 ) -> list[dg.AssetObservation | dg.AssetCheckEvaluation]:
-    metadata: dict[str, Any] = {
-        **report_metadata(report),
-        "readback/lag_s": round(lag_s, 3),
-        "readback/materialization_storage_id": storage_id,
-        KEY_TABLE: target.table,
-        KEY_SOURCE: target.source,
-        KEY_PARTITION: target.partition,
-    }
-    events: list[dg.AssetObservation | dg.AssetCheckEvaluation] = [
-        dg.AssetObservation(asset_key=key, metadata=metadata)
-    ]
-    if check_name is not None:
-        verified = bool(report.verified)
-        events.append(
-            dg.AssetCheckEvaluation(
-                asset_key=key,
-                check_name=check_name,
-                passed=verified,
-                metadata=metadata,
-                description=f"{target.table}: rows of {target.partition} "
-                + ("visible and verified through Iceberg" if verified else "NOT all visible through Iceberg"),
-            )
-        )
-    return events
+    verified = bool(report.verified)
+    description = f"{target.table}: rows of {target.partition} " + (
+        "visible and verified through Iceberg" if verified else "NOT all visible through Iceberg"
+    )
+    return _readback_events(
+        key, target, report_metadata(report), verified, description, lag_s, storage_id, check_name
+    )
 
 
 def evaluate_tick(
