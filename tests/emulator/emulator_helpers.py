@@ -36,31 +36,23 @@ def read_table(warehouse: Path | str, name: str = TABLE) -> pa.Table:
     return DeltaTable(table_uri(str(warehouse), name)).to_pyarrow_table()
 
 
+# The raw SDK's option classes, set up to fail within seconds (both stream kinds share these).
+_FAST_RECOVERY: dict[str, Any] = dict(
+    recovery=True,
+    recovery_timeout_ms=3_000,
+    recovery_backoff_ms=100,
+    recovery_retries=2,
+    server_lack_of_ack_timeout_ms=5_000,
+    flush_timeout_ms=10_000,
+)
+
+
 def arrow_options(**overrides: Any) -> ArrowStreamConfigurationOptions:
-    values: dict[str, Any] = dict(
-        recovery=True,
-        recovery_timeout_ms=3_000,
-        recovery_backoff_ms=100,
-        recovery_retries=2,
-        server_lack_of_ack_timeout_ms=5_000,
-        flush_timeout_ms=10_000,
-        connection_timeout_ms=3_000,
-    )
-    values.update(overrides)
-    return ArrowStreamConfigurationOptions(**values)
+    return ArrowStreamConfigurationOptions(**{**_FAST_RECOVERY, "connection_timeout_ms": 3_000, **overrides})
 
 
 def row_options(**overrides: Any) -> StreamConfigurationOptions:
-    values: dict[str, Any] = dict(
-        recovery=True,
-        recovery_timeout_ms=3_000,
-        recovery_backoff_ms=100,
-        recovery_retries=2,
-        server_lack_of_ack_timeout_ms=5_000,
-        flush_timeout_ms=10_000,
-    )
-    values.update(overrides)
-    return StreamConfigurationOptions(**values)
+    return StreamConfigurationOptions(**{**_FAST_RECOVERY, **overrides})
 
 
 def sdk_for(emu: Emulator) -> ZerobusSdk:

@@ -9,22 +9,16 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from pydantic import SecretStr
 
-from zerobus_orchestration.config import EmulatorConfig, PoolConfig, SdkStreamOptions
+from zerobus_orchestration.config import EmulatorConfig, PoolConfig
 from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.sink import StreamPool
 from zerobus_orchestration.tables import table_uri
+from zerobus_orchestration.testing.settings import FAULT_TEST_SDK_OPTIONS
 from zerobus_orchestration.transport.sdk import SdkTransport
 
 TABLE = "main.default.events"
 PoolFactory = Callable[..., StreamPool]  # the ``make_pool`` fixture
-FAST_SDK = SdkStreamOptions(
-    recovery_timeout_ms=2_000,
-    recovery_backoff_ms=50,
-    recovery_retries=1,
-    server_lack_of_ack_timeout_ms=5_000,
-    flush_timeout_ms=5_000,
-    connection_timeout_ms=2_000,
-)
+FAST_SDK = FAULT_TEST_SDK_OPTIONS
 FAST_POOL = PoolConfig(
     min_streams=2,
     healthy_member_wait_s=10,

@@ -33,6 +33,7 @@ from zerobus_orchestration.errors import (
     classify,
 )
 from zerobus_orchestration.tables import table_uri
+from zerobus_orchestration.testing.settings import FAULT_TEST_SDK_OPTIONS
 from zerobus_orchestration.transport.base import Stream, Transport
 from zerobus_orchestration.transport.sdk import SdkTransport, bypass_proxy_for_loopback
 
@@ -45,14 +46,7 @@ SCHEMA = pa.schema(
         pa.field("score", pa.float64()),
     ]
 )
-FAST = SdkStreamOptions(
-    recovery_timeout_ms=2_000,
-    recovery_backoff_ms=50,
-    recovery_retries=1,
-    server_lack_of_ack_timeout_ms=5_000,
-    flush_timeout_ms=5_000,
-    connection_timeout_ms=2_000,
-)
+FAST = FAULT_TEST_SDK_OPTIONS
 
 
 def rows(start: int, count: int = 3) -> pa.RecordBatch:

@@ -18,6 +18,7 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from zerobus_orchestration.config import EmulatorConfig, ZerobusConfig
 from zerobus_orchestration.emulator.faults import FaultSpec, load_faults
@@ -98,7 +99,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.daemon:
         sys.exit(_run_daemon(args))
-    config = EmulatorConfig(
+    config = _emulator_config(args)
+    faults = load_faults(args.faults) if args.faults else None
+    run(args.warehouse, config, faults, as_json=args.json, iceberg=not args.no_iceberg)
+
+
+def _emulator_config(args: argparse.Namespace, **extra: Any) -> EmulatorConfig:
+    """The emulator settings the ``serve`` options give, plus ``extra`` fields."""
+    return EmulatorConfig(
         host=args.host,
         port=args.port,
         token_port=args.token_port,
@@ -106,9 +114,8 @@ def main(argv: list[str] | None = None) -> None:
         iceberg_lag_s=args.iceberg_lag,
         per_stream_mb_s=args.per_stream_mb_s,
         max_streams_per_table=args.max_streams_per_table,
+        **extra,
     )
-    faults = load_faults(args.faults) if args.faults else None
-    run(args.warehouse, config, faults, as_json=args.json, iceberg=not args.no_iceberg)
 
 
 def _run_daemon(args: argparse.Namespace) -> int:
@@ -125,16 +132,6 @@ def _run_daemon(args: argparse.Namespace) -> int:
         config = ZerobusConfig(
             warehouse=args.warehouse,
             state_dir=args.state_dir,
-            emulator=EmulatorConfig(
-                mode="daemon",
-                host=args.host,
-                port=args.port,
-                token_port=args.token_port,
-                time_to_table_s=args.time_to_table,
-                iceberg_lag_s=args.iceberg_lag,
-                per_stream_mb_s=args.per_stream_mb_s,
-                max_streams_per_table=args.max_streams_per_table,
-                idle_shutdown_s=args.idle_shutdown,
-            ),
+            emulator=_emulator_config(args, mode="daemon", idle_shutdown_s=args.idle_shutdown),
         )
     return run_daemon(config, as_json=args.json)

@@ -25,8 +25,8 @@ class LaneKind(StrEnum):
 
 
 @dataclass(frozen=True)
-class RawAnchor:
-    """Row positions ``span`` of ``key`` in the primary raw table; recorded only after the durable ack.
+class _Coverage:
+    """Positions ``span`` of ``key``, recorded only after the durable ack.
 
     ``runs``: when the batch's positions have gaps (a declared offset column, e.g. Kafka offsets), the
     disjoint ranges it really holds; ``span`` is then their envelope and only ``runs`` are recorded.
@@ -42,19 +42,13 @@ class RawAnchor:
 
 
 @dataclass(frozen=True)
-class DerivedCoverage:
-    """Coverage of a derived table: ``span`` of ``key`` (the upstream write it was derived from).
+class RawAnchor(_Coverage):
+    """Row positions of ``key`` in the primary raw table (confirmed by raw-lane streams only)."""
 
-    ``runs``: as for ``RawAnchor``, the exact ranges when the positions have gaps.
-    """
 
-    key: CoverageKey
-    span: OffsetRange
-    runs: tuple[OffsetRange, ...] | None = None
-
-    def ranges(self) -> tuple[OffsetRange, ...]:
-        """What recording this confirmation adds to coverage."""
-        return (self.span,) if self.runs is None else self.runs
+@dataclass(frozen=True)
+class DerivedCoverage(_Coverage):
+    """Coverage of a derived table: positions of ``key``, the upstream write it was derived from."""
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,15 @@ TEST_SDK_OPTIONS = SdkStreamOptions(
     flush_timeout_ms=30_000,
     connection_timeout_ms=5_000,
 )
+FAULT_TEST_SDK_OPTIONS = SdkStreamOptions(
+    recovery_timeout_ms=2_000,
+    recovery_backoff_ms=50,
+    recovery_retries=1,
+    server_lack_of_ack_timeout_ms=5_000,
+    flush_timeout_ms=5_000,
+    connection_timeout_ms=2_000,
+)
+"""Tighter still, for tests that inject faults on purpose: the SDK gives up within a few seconds."""
 TEST_READBACK = ReadbackConfig(wait_timeout_s=30, poll_initial_s=0.05, poll_max_s=0.5)
 
 
