@@ -57,9 +57,11 @@ def get_provider_info() -> dict[str, object]:
                     "embedded": {
                         "label": "Embedded emulator",
                         "description": "Use the local Zerobus emulator (by default one shared background "
-                        "process per warehouse) instead of the endpoint in Host. An empty Host also "
-                        "selects it.",
-                        "schema": {"type": ["boolean", "null"], "default": False},
+                        "process per warehouse) instead of Databricks; leave Host empty with it. A "
+                        "connection with no Host and no credentials also selects it; one with credentials "
+                        "but no Host is refused.",
+                        # No default: an unset flag must stay unset, so an untouched form never says false.
+                        "schema": {"type": ["boolean", "null"]},
                     },
                     "warehouse": {
                         "label": "Warehouse path",

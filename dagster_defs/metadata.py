@@ -59,13 +59,14 @@ def column_schema_from_arrow(
 
 def table_uri(*, warehouse: str, full_name: str, embedded: bool, workspace_url: str | None) -> str | None:
     """Where a user can look at the table: its folder in embedded mode, Catalog Explorer in production."""
-    if embedded:
-        from zerobus_orchestration.tables import table_uri as warehouse_uri
+    from zerobus_orchestration.tables import TableName
+    from zerobus_orchestration.tables import table_uri as warehouse_uri
 
-        return warehouse_uri(warehouse, full_name)
+    name = TableName.parse(full_name)  # parsed once: parts, never a re-split of the dotted string
+    if embedded:
+        return warehouse_uri(warehouse, name)
     if workspace_url:
-        catalog, schema, table = full_name.split(".", 2)
-        return f"{workspace_url.rstrip('/')}/explore/data/{catalog}/{schema}/{table}"
+        return f"{workspace_url.rstrip('/')}/explore/data/{name.catalog}/{name.schema}/{name.table}"
     return None
 
 
@@ -99,6 +100,8 @@ def write_metadata(
         KEY_PARTITION: result.partition,
         "zerobus/rows_written": int(result.rows_written),
         "zerobus/rows_skipped": int(result.rows_skipped),
+        # Replayed by the SDK's reconnects during the write: may be in the table twice (an upper bound).
+        "zerobus/rows_possibly_resent": int(result.rows_possibly_resent),
         "zerobus/bytes_written": int(result.bytes_written),
         "zerobus/offset_start": int(result.offset_start),
         "zerobus/offset_end": int(result.offset_end),

@@ -101,7 +101,10 @@ def poison_mid_stream(emu: Emulator) -> None:
     stream = open_arrow(emu, TABLE, SCHEMA)
     for i in range(3):
         stream.ingest_batch(events([i]))
-    stream.flush()
+    try:
+        stream.flush()
+    finally:  # the exception classified below came from the fault, not from something else
+        assert [a.spec.status for a in emu.faults.actions_of(FaultKind.ABORT)] == ["INVALID_ARGUMENT"]
 
 
 ROWS: list[tuple[Callable[[Emulator], None], ErrorClass]] = [

@@ -14,10 +14,14 @@ from typing import Annotated, Any
 
 import typer
 
+from zerobus_orchestration.cli_errors import EXIT_BAD_INPUT, OneLineErrorsTyper, run, set_debug
+from zerobus_orchestration.cli_errors import report as report_error
 from zerobus_orchestration.config import ZerobusConfig, load_config
 from zerobus_orchestration.errors import ZerobusOrchestrationError
 
-app = typer.Typer(
+# Every command registered on this app ends a failure with one line "error: <cause>" on stderr and exit
+# 2 (bad input) or 1 (anything else); see cli_errors. Commands added later are covered the same way.
+app = OneLineErrorsTyper(
     name="zerobus-orch",
     help="Write Arrow data into Databricks Delta tables through Zerobus (or the local emulator).",
     no_args_is_help=True,
@@ -27,8 +31,13 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Print the traceback of a failure (also: ZEROBUS_DEBUG=1).")
+    ] = False,
+) -> None:
     """Write Arrow data into Databricks Delta tables through Zerobus (or the local emulator)."""
+    set_debug(debug)
 
 
 WarehouseOpt = Annotated[
@@ -43,8 +52,7 @@ def resolve_config(config: Path | None, warehouse: str | None, **overrides: Any)
     try:
         return load_config(config, warehouse=warehouse, **overrides)
     except ZerobusOrchestrationError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(report_error(exc, EXIT_BAD_INPUT)) from None
 
 
 def emit(summary: dict[str, Any], as_json: bool, human: str) -> None:
@@ -89,6 +97,14 @@ def plan(
     apply: Annotated[
         bool, typer.Option("--apply", help="Execute the plan (create/evolve the table).")
     ] = False,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="Also set the primary-raw properties on an existing table whose properties drifted "
+            "(never done without this flag: a drifted table is refused).",
+        ),
+    ] = False,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
@@ -107,10 +123,10 @@ def plan(
             contract_object=contract_object,
             role=Role(role) if role else None,
             apply=apply,
+            repair=repair,
         )
     except (ZerobusOrchestrationError, ValueError) as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(report_error(exc, EXIT_BAD_INPUT)) from None
     emit(result.summary, as_json, result.human)
     raise typer.Exit(result.exit_code)
 
@@ -129,8 +145,7 @@ def check(
     try:
         result = run_check(cfg, table)
     except ZerobusOrchestrationError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+        raise typer.Exit(report_error(exc, EXIT_BAD_INPUT)) from None
     emit(result.summary, as_json, result.human)
     raise typer.Exit(result.exit_code)
 
@@ -193,9 +208,6 @@ def ingest(
             partition=partition,
             resume=not no_resume,
         ).as_dict()
-    except ZerobusOrchestrationError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(1) from None
     finally:
         close_all_runtimes()
     human = (
@@ -228,9 +240,6 @@ def readback(
     try:
         runtime = acquire_runtime(cfg)
         report = runtime.readback(table, source=source, partition=partition, wait_s=wait, force=force or None)
-    except ZerobusOrchestrationError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(1) from None
     finally:
         close_all_runtimes()
     summary = report.as_dict()
@@ -245,8 +254,69 @@ def readback(
         raise typer.Exit(1)
 
 
+emulator_app = OneLineErrorsTyper(  # failures end with one "error: <cause>" line, as for the others
+    name="emulator",
+    help="Operate the local emulator's state: failed tables, quarantine.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(emulator_app)
+
+
+def _emulator_paths(cfg: ZerobusConfig) -> tuple[str, Path]:
+    from zerobus_orchestration.catalog.commands import absolute_state_dir, absolute_warehouse
+
+    return absolute_warehouse(cfg.warehouse), Path(absolute_state_dir(cfg)) / "wal"
+
+
+@emulator_app.command("status")
+def emulator_status_command(
+    warehouse: WarehouseOpt = None, config: ConfigOpt = None, as_json: JsonOpt = False
+) -> None:
+    """List the tables with a write-ahead log and the failed ones with their cause; exit 1 if any failed."""
+    from zerobus_orchestration.emulator.repair import emulator_status
+
+    cfg = resolve_config(config, warehouse)
+    status = emulator_status(*_emulator_paths(cfg))
+    lines = [f"emulator state {status['wal_dir']} ({'serving' if status['emulator_running'] else 'stopped'})"]
+    for entry in status["tables"]:
+        failed = entry["failed"]
+        lines.append(
+            f"  {entry['table']}: {entry['wal_bytes']:,} WAL bytes, "
+            + (f"FAILED: {failed.get('message')}" if failed else "ok")
+        )
+    lines += [f"  {t}: {n} batch(es) in quarantine" for t, n in status["quarantined_batches"].items()]
+    emit(status, as_json, "\n".join(lines))
+    if status["failed"]:
+        raise typer.Exit(1)
+
+
+@emulator_app.command("quarantine")
+def emulator_quarantine_command(
+    table: Annotated[str, typer.Option("--table", help="The failed table, catalog.schema.table.")],
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Unblock a failed table (emulator stopped): commit what Delta takes, keep the rest in quarantine."""
+    from zerobus_orchestration.emulator.repair import quarantine_table
+    from zerobus_orchestration.storage import config_storage_options
+
+    cfg = resolve_config(config, warehouse)
+    path, wal_root = _emulator_paths(cfg)
+    report = quarantine_table(path, wal_root, table, config_storage_options(cfg) or None)
+    moved = report["quarantined"]
+    human = (
+        f"{report['table']}: quarantined {len(moved)} batch(es) to {report['quarantine_dir']}; "
+        f"the table is unblocked (Delta version {report['delta_version']})"
+        if moved
+        else f"{report['table']}: nothing to quarantine; every acknowledged batch is committed"
+    )
+    emit(report, as_json, human)
+
+
 def main() -> None:
-    app()
+    run(app)
 
 
 if __name__ == "__main__":

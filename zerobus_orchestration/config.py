@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 from zerobus_orchestration.errors import ConfigError
 
 ENV_PREFIX = "ZEROBUS_"
+# ZEROBUS_* variables that are not settings (ZEROBUS_DEBUG: the CLI prints tracebacks).
+NOT_CONFIG_VARIABLES = frozenset({"ZEROBUS_DEBUG"})
 DEFAULT_WAREHOUSE = "./.zerobus/warehouse"
 DEFAULT_STATE_ROOT = "./.zerobus/state"  # local state of object-store warehouses, one folder per URI
 STATE_DIR_NAME = "_zerobus"  # local state of a folder warehouse lives inside it
@@ -64,7 +66,9 @@ class PoolConfig(_Model):
     rebuild_budget_s: float = Field(60.0, gt=0, description="Time budget for rebuilding a poisoned stream.")
     open_backoff_initial_s: float = Field(0.5, gt=0, description="First backoff after a concurrency reject.")
     open_backoff_max_s: float = Field(30.0, gt=0, description="Backoff ceiling after concurrency rejects.")
-    transient_retries: int = Field(5, ge=0, description="Ack-lane retries of a transient wait failure.")
+    transient_retries: int = Field(
+        5, ge=0, description="Retries of a transient failure: an ack wait, or a submit (backed off)."
+    )
     poisoned_submit_attempts: int = Field(
         3,
         ge=1,
@@ -108,6 +112,12 @@ class CatalogConfig(_Model):
     sql_warehouse_id: str | None = Field(None, description="Databricks SQL warehouse running DDL (unity).")
     allow_widening: bool = Field(False, description="Plan lossless type widening instead of refusing it.")
     comment_policy: CommentPolicy = CommentPolicy.RESPECT
+    precondition_recheck_s: float = Field(
+        60.0,
+        ge=0,
+        description="A long-lived sink re-reads its primary-raw table's preconditions at most this often "
+        "(seconds; 0: every batch). Every write re-checks them on its first batch regardless.",
+    )
 
 
 class CoverageConfig(_Model):
@@ -152,7 +162,14 @@ class EmulatorConfig(_Model):
     max_streams_per_table: int | None = Field(None, ge=1, description="RESOURCE_EXHAUSTED above this.")
     token_ttl_s: int = Field(3600, gt=0)
     client_id: str = "zerobus-local"
-    client_secret: SecretStr = SecretStr("zerobus-local-secret")
+    client_secret: SecretStr = Field(
+        SecretStr("zerobus-local-secret"),
+        description="Emulator OAuth client secret; left at this default, a per-warehouse secret is "
+        "generated into the state folder (owner-only) and used instead.",
+    )
+    faults_enabled: bool = Field(
+        False, description="Let POST /_emulator/faults arm fault injection (tests only; off: HTTP 403)."
+    )
 
 
 class CredentialVendingConfig(_Model):
@@ -309,7 +326,7 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     ours = {
         key[len(ENV_PREFIX) :].lower(): value
         for key, value in environ.items()
-        if key.startswith(ENV_PREFIX) and key != ENV_PREFIX
+        if key.startswith(ENV_PREFIX) and key != ENV_PREFIX and key not in NOT_CONFIG_VARIABLES
     }
     return nest_keys(ours, "__", origin="ZEROBUS_* environment")
 

@@ -13,6 +13,12 @@ columns) and several tables share one file. Queries are scoped to the bound tabl
 Only the ack lane writes here, and only after a durable ``RawAnchor`` acknowledgement, so coverage may
 lag what is in the table but never lead it. Nothing in this module shrinks or deletes coverage.
 
+Beside the ranges, ``coverage_digests`` keeps the content digest of each delivered batch (see
+``digest.py``), written in the same transaction as the batch's range. Digests are append-only, one
+row per delivered batch, never merged: a resume checks its input against them before skipping.
+Schema version 2 added that table; a version 1 file is upgraded in place (the table is only added),
+and its ranges, recorded without digests, are resumed unverified with a warning.
+
 SQLite's locking needs a local filesystem: for an ``s3://`` warehouse the default file lives in the local
 ``zerobus.state_dir`` (see ``ZerobusConfig.state_path``), never on the object store. Each thread gets its
 own connection; a store inherited across ``fork`` opens fresh connections in the child and never touches
@@ -33,11 +39,13 @@ from types import TracebackType
 
 from zerobus_orchestration import intervals
 from zerobus_orchestration.config import ZerobusConfig
+from zerobus_orchestration.digest import RangeDigest
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.tables import TableName
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+_UPGRADABLE_VERSIONS = (1,)  # older versions this release upgrades in place (additive changes only)
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = (
@@ -58,6 +66,30 @@ _SCHEMA = (
     """
     CREATE INDEX IF NOT EXISTS coverage_by_source
         ON coverage_ranges (table_catalog, table_schema, table_name, source, partition_key, start_offset)
+    """,
+    # Version 2. One row per delivered batch; ``runs`` is NULL when the batch held every position of
+    # [start_offset, end_offset), else its exact ranges as "start-end,start-end" (declared offsets).
+    # ``seq`` (the rowid) orders records: a later one supersedes the earlier ones it overlaps.
+    """
+    CREATE TABLE IF NOT EXISTS coverage_digests (
+        seq           INTEGER PRIMARY KEY,
+        table_catalog TEXT NOT NULL,
+        table_schema  TEXT NOT NULL,
+        table_name    TEXT NOT NULL,
+        sink          TEXT NOT NULL,
+        source        TEXT NOT NULL,
+        partition_key TEXT NOT NULL,
+        start_offset  INTEGER NOT NULL CHECK (start_offset >= 0),
+        end_offset    INTEGER NOT NULL CHECK (end_offset > start_offset),
+        row_count     INTEGER NOT NULL CHECK (row_count > 0),
+        runs          TEXT,
+        algorithm     TEXT NOT NULL,
+        digest        BLOB NOT NULL
+    )
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS coverage_digests_by_key
+        ON coverage_digests (table_catalog, table_schema, table_name, sink, source, partition_key, seq)
     """,
 )
 
@@ -114,18 +146,48 @@ class CoverageStore:
 
     def record_many(self, items: Iterable[tuple[CoverageKey, OffsetRange]]) -> None:
         """Union-merge several spans in one transaction (one ack-lane drain, one commit)."""
+        self.record_delivered(items, ())
+
+    def record_delivered(
+        self, items: Iterable[tuple[CoverageKey, OffsetRange]], digests: Iterable[RangeDigest]
+    ) -> None:
+        """Union-merge spans and append their batches' content digests, in one transaction.
+
+        One transaction, so a range is never durable in the store without the digest that vouches for
+        it (a crash in between would leave a range a resume cannot verify).
+        """
         by_key: dict[CoverageKey, list[OffsetRange]] = defaultdict(list)
         for key, span in items:
             by_key[key].append(span)
         batches = {key: intervals.merge(spans) for key, spans in by_key.items()}
         batches = {key: spans for key, spans in batches.items() if spans}
-        if not batches:
+        rows = [self._digest_row(digest) for digest in digests]
+        if not batches and not rows:
             return
         conn = self._connection()
         with _immediate(conn):
             for key, spans in batches.items():
                 for span in spans:
                     self._merge_span(conn, key, span)
+            if rows:
+                conn.executemany(
+                    "INSERT INTO coverage_digests (table_catalog, table_schema, table_name, sink, source, "
+                    "partition_key, start_offset, end_offset, row_count, runs, algorithm, digest) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+
+    def _digest_row(self, digest: RangeDigest) -> tuple[object, ...]:
+        runs = None if digest.runs is None else ",".join(f"{r.start}-{r.end}" for r in digest.runs)
+        return (
+            *self._key_params(digest.key),
+            digest.span.start,
+            digest.span.end,
+            digest.rows,
+            runs,
+            digest.algorithm,
+            digest.digest,
+        )
 
     def _merge_span(self, conn: sqlite3.Connection, key: CoverageKey, span: OffsetRange) -> None:
         # Every stored range that overlaps or touches the span is folded into one range; the others
@@ -160,6 +222,26 @@ class CoverageStore:
             self._key_params(key),
         )
         return tuple(OffsetRange(start, end) for start, end in rows)
+
+    def digests(self, key: CoverageKey) -> tuple[RangeDigest, ...]:
+        """Every content digest recorded for ``key``, oldest first (``seq`` order)."""
+        rows = self._connection().execute(
+            "SELECT seq, start_offset, end_offset, row_count, runs, algorithm, digest FROM coverage_digests "
+            f"WHERE {_KEY_FILTER} ORDER BY seq",
+            self._key_params(key),
+        )
+        return tuple(
+            RangeDigest(
+                key,
+                OffsetRange(start, end),
+                None if runs is None else _parse_runs(runs),
+                count,
+                bytes(digest),
+                algorithm,
+                seq,
+            )
+            for seq, start, end, count, runs, algorithm, digest in rows
+        )
 
     def gaps(self, key: CoverageKey, n: int) -> tuple[OffsetRange, ...]:
         """The parts of ``[0, n)`` that ``key`` has not covered."""
@@ -264,7 +346,8 @@ def _configure(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
         for statement in _SCHEMA:
             conn.execute(statement)
         (version,) = conn.execute("PRAGMA user_version").fetchone()
-        if version == 0:
+        if version == 0 or version in _UPGRADABLE_VERSIONS:
+            # New file, or an older one: the statements above only added what it lacked.
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         elif version != SCHEMA_VERSION:
             raise ConfigError(
@@ -295,6 +378,14 @@ def _enable_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 0.25)
+
+
+def _parse_runs(text: str) -> tuple[OffsetRange, ...]:
+    runs = []
+    for part in text.split(","):
+        start, end = part.split("-")
+        runs.append(OffsetRange(int(start), int(end)))
+    return tuple(runs)
 
 
 @contextmanager

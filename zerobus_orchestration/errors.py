@@ -13,7 +13,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from zerobus_orchestration.ranges import OffsetRange
 
 
 class ErrorClass(StrEnum):
@@ -32,6 +35,22 @@ class ZerobusOrchestrationError(Exception):
 
 class ConfigError(ZerobusOrchestrationError, ValueError):
     """Invalid configuration; the message names the offending key."""
+
+
+class ResumeMismatchError(ZerobusOrchestrationError, ValueError):
+    """A resume found rows at delivered positions that are not the rows delivered there.
+
+    ``table``, ``source``, ``partition``: the write; ``span``: the first differing delivered range.
+    """
+
+    def __init__(
+        self, message: str, *, table: str | None, source: str | None, partition: str, span: OffsetRange
+    ) -> None:
+        super().__init__(message)
+        self.table = table
+        self.source = source
+        self.partition = partition
+        self.span = span
 
 
 class UnsupportedType(ZerobusOrchestrationError, TypeError):
@@ -233,6 +252,57 @@ def _error_info(exc: BaseException) -> tuple[str, dict[str, str]] | None:
                 if detail.Unpack(info):
                     return str(info.reason), {str(k): str(v) for k, v in info.metadata.items()}
     except Exception:  # a malformed detail must not hide the original error's class
+        return None
+    return None
+
+
+# A retry hint in a status message: "retry after 1.5s", "retry_delay_ms=500", "Retry-After: 2". The SDK
+# 1.10.0 forwards only a status's code and message, never its details, so text is all that reaches us.
+_RETRY_HINT = re.compile(
+    r"retry[ _-]?(?:after|delay|in)(?P<ms_key>_ms)?\s*[:=]?\s*"
+    r"(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>ms|s\b|sec|seconds?)?",
+    re.IGNORECASE,
+)
+
+
+def retry_delay_s(exc: BaseException) -> float | None:
+    """The delay the service asked for before a retry, in seconds; None if it sent no hint.
+
+    From a ``google.rpc.RetryInfo`` in a gRPC error's status details, else from the message text of
+    ``exc`` or of what it wraps (``__cause__``). A bare number counts as seconds.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        hinted = _retry_info(current)
+        if hinted is None:
+            match = _RETRY_HINT.search(str(current))
+            if match is not None:
+                value = float(match.group("value"))
+                in_ms = match.group("ms_key") is not None or (match.group("unit") or "").lower() == "ms"
+                hinted = value / 1000 if in_ms else value
+        if hinted is not None:
+            return hinted
+        current = current.__cause__
+    return None
+
+
+def _retry_info(exc: BaseException) -> float | None:
+    trailing = getattr(exc, "trailing_metadata", None)
+    if not callable(trailing):
+        return None
+    try:
+        from google.rpc import error_details_pb2, status_pb2
+
+        for key, value in trailing() or ():
+            if key != "grpc-status-details-bin":
+                continue
+            for detail in status_pb2.Status.FromString(value).details:
+                info = error_details_pb2.RetryInfo()
+                if detail.Unpack(info):
+                    return float(info.retry_delay.seconds) + float(info.retry_delay.nanos) / 1e9
+    except Exception:  # a malformed detail is no hint; the caller's own backoff applies
         return None
     return None
 

@@ -16,7 +16,8 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-_STREAM_LABELS = ("table", "stream")
+# ``lane``: raw or derived (the pool's lane kind), so a derived table's slow acks never read as the raw one's.
+_STREAM_LABELS = ("table", "stream", "lane")
 _COALESCE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -63,6 +64,14 @@ class SinkMetrics:
             _STREAM_LABELS,
             registry=r,
         )
+        self.stream_recoveries = Counter(
+            "zerobus_stream_recoveries_total",
+            "Reconnects the SDK made inside one of our streams (lack-of-ack timeout, rotation, retryable "
+            "failure), each replaying the batches not yet acknowledged: rows may land twice. Counted "
+            "from what the transport can observe; see transport/sdk.py.",
+            _STREAM_LABELS,
+            registry=r,
+        )
         self.concurrency_rejects = Counter(
             "zerobus_concurrency_rejects_total",
             "Stream opens refused by the service.",
@@ -73,6 +82,14 @@ class SinkMetrics:
             "zerobus_type_reconcile_total",
             "Batches the write-boundary guard cast or aligned.",
             ("table", "kind"),
+            registry=r,
+        )
+        # Separate and per column on purpose: these never heal by themselves (nested into STRING, a
+        # time zone into TIMESTAMP_NTZ, ...), a producer must change; docs/alerts.yml pages on any.
+        self.type_unreconcilable = Counter(
+            "zerobus_type_unreconcilable_total",
+            "Batches refused by the write-boundary guard for a type no cast can bridge, per column.",
+            ("table", "column", "kind"),
             registry=r,
         )
         self.rows_submitted = Counter(

@@ -5,6 +5,12 @@ column mapping and UniForm as *emulated* (delta-rs cannot produce them, referenc
 backend passes the real properties and ``DESCRIBE DETAIL`` features. ``check_primary_raw`` re-reads the
 table on every call (never cached) and returns every condition, met or not, by name.
 
+They are checked, never repaired: the catalog gate (``catalog/gate.py``) re-checks them on the first
+batch of every write and on a timer for long-lived sinks, and refuses an unmet one with
+``PreconditionsUnmetError`` naming the table, each condition and the fix (``require_conditions``).
+Only a table being created gets the properties, and only the operator's explicit repair
+(``DesiredTable.repair``, ``zerobus-orch plan --apply --repair``) sets them on a live table.
+
 Conditions (names are stable; the CLI and errors print them):
 
 - ``registered``: the catalog knows the table (UC registration / local registry row).
@@ -163,12 +169,53 @@ def check_primary_raw(catalog: TableCatalog, table: str) -> list[Condition]:
 
 def require_primary_raw(catalog: TableCatalog, table: str) -> list[Condition]:
     """``check_primary_raw``, raising ``PreconditionsUnmetError`` naming every unmet condition."""
-    conditions = check_primary_raw(catalog, table)
+    return require_conditions(table, check_primary_raw(catalog, table))
+
+
+def require_conditions(table: str, conditions: Sequence[Condition]) -> list[Condition]:
+    """``conditions`` back, or ``PreconditionsUnmetError`` naming the table, each unmet one and the fix.
+
+    Nothing here changes the table: a property flipped under a running pipeline is refused, and only
+    the operator's explicit repair (or the SQL in the message) sets it back.
+    """
     missing = unmet(conditions)
     if missing:
         raise PreconditionsUnmetError(
             f"table {table} is not eligible as primary_raw; unmet: "
-            + "; ".join(f"{c.name} ({c.detail})" for c in missing),
+            + "; ".join(f"{c.name} ({c.detail})" for c in missing)
+            + ". Nothing was sent, and the table is not set back automatically. "
+            + repair_hint(table, missing),
             [c.name for c in missing],
         )
-    return conditions
+    return list(conditions)
+
+
+def repair_properties(missing: Sequence[Condition]) -> dict[str, str]:
+    """The table properties that answer the unmet ``missing`` conditions (protocol ones have none)."""
+    names = {c.name for c in missing}
+    props: dict[str, str] = {}
+    if DELETION_VECTORS_DISABLED in names:
+        props[DELETION_VECTORS] = "false"  # first: IcebergCompatV2 refuses deletion vectors
+    if COLUMN_MAPPING in names:
+        props[COLUMN_MAPPING_MODE] = "name"
+    if ICEBERG_READS in names:
+        props[ICEBERG_COMPAT_V2] = "true"
+        props[UNIFORM_FORMATS] = "iceberg"
+    return props
+
+
+def repair_hint(table: str, missing: Sequence[Condition]) -> str:
+    """The fix for ``missing``: the explicit repair command and the equivalent SQL."""
+    from zerobus_orchestration.catalog.ddl import set_properties_sql
+
+    hint = (
+        "Fix: repair it explicitly with `zerobus-orch plan --table "
+        f"{table} --role primary_raw --schema-from <file> --apply --repair` "
+        "(sets the primary-raw properties and registers the table)"
+    )
+    props = repair_properties(missing)
+    if props:
+        hint += f", or run: {set_properties_sql(table, props)}"
+    if any(c.name == DELETION_VECTORS_DISABLED for c in missing):
+        hint += "; deletion vectors already written must be purged (REORG TABLE ... APPLY (PURGE))"
+    return hint

@@ -11,12 +11,22 @@ Two ways to know a row's position:
 * a declared offset column (a Kafka-style offset the source already carries): each row's position is
   that column's value. Offsets need not be contiguous or sorted; a slice's ``start_offset`` is then
   the offset of its first row and the column itself holds the rest.
+
+Positions alone cannot tell whether the input changed between tries (a new file sorting first in a
+glob, an unstable SQL order): skipping covered positions would then lose rows never delivered and
+re-send delivered ones. So, given the content digests coverage recorded (``digests=``), every batch is
+first checked (``resume_check.ContentChecker``) and the first range whose rows differ raises
+``ResumeMismatchError``. Rows to send are held back until every digested range has been checked, so a
+mismatch fails before anything is sent; what is held is only the not-yet-delivered rows that come
+before the last delivered range (holes a crash left), capped at ``HOLD_BACK_ROWS`` rows, past which
+sending resumes (with a warning) while checking continues.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import logging
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple, TypeAlias
 
@@ -24,8 +34,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from zerobus_orchestration import intervals
-from zerobus_orchestration.errors import ZerobusOrchestrationError
+from zerobus_orchestration.digest import RangeDigest
+from zerobus_orchestration.errors import ResumeMismatchError, ZerobusOrchestrationError
 from zerobus_orchestration.ranges import OffsetRange
+from zerobus_orchestration.resume_check import ContentChecker, Mismatch
+
+log = logging.getLogger(__name__)
+
+HOLD_BACK_ROWS = 1_000_000
+"""Most rows held back while delivered ranges are still being checked (see the module docstring)."""
 
 # pyarrow is untyped (Any) here, so the alias is spelled out for readers rather than for mypy.
 BatchSource: TypeAlias = "Iterable[pa.RecordBatch] | pa.RecordBatchReader | pa.Table"
@@ -40,6 +57,15 @@ class ResumeSlice(NamedTuple):
 
     start_offset: int
     batch: pa.RecordBatch
+
+
+class _Step(NamedTuple):
+    """One input batch, where its rows sit, and the slices of it still to send."""
+
+    batch: pa.RecordBatch
+    start: int  # positional: the position of its first row
+    offsets: pa.Array | None  # declared offset column: every row's position (int64)
+    pieces: list[ResumeSlice]
 
 
 class _Covered:
@@ -65,16 +91,115 @@ def resume_slices(
     *,
     offset_column: str | None = None,
     table: str | None = None,
+    digests: Iterable[RangeDigest] = (),
+    source: str | None = None,
+    partition: str = "",
+    hold_back_rows: int = HOLD_BACK_ROWS,
 ) -> Iterator[ResumeSlice]:
     """Yield, in input order, only the rows of ``batches`` whose positions ``covered`` lacks.
 
-    ``table`` only names the target in error messages.
+    ``digests``: the content digests coverage recorded for these positions; the input is checked
+    against them and ``ResumeMismatchError`` raised, before anything is yielded, when it differs.
+    Without digests (an older coverage file) covered positions are skipped unchecked, with a warning.
+    ``table``, ``source`` and ``partition`` only name the write in messages.
     """
     index = _Covered(covered)
     if offset_column is None:
-        yield from _positional(index, _iter_batches(batches))
+        steps = _positional(index, _iter_batches(batches))
     else:
-        yield from _by_offset_column(index, _iter_batches(batches), offset_column, table)
+        steps = _by_offset_column(index, _iter_batches(batches), offset_column, table)
+    if not index.spans:
+        for step in steps:
+            yield from step.pieces
+        return
+    where = _where(table, source, partition)
+    checker = ContentChecker(digests, index.spans, offset_column=offset_column, where=where)
+    yield from _checked(steps, checker, hold_back_rows, table=table, source=source, partition=partition)
+
+
+def _checked(
+    steps: Iterable[_Step],
+    checker: ContentChecker,
+    hold_back_rows: int,
+    *,
+    table: str | None,
+    source: str | None,
+    partition: str,
+) -> Iterator[ResumeSlice]:
+    held: list[ResumeSlice] = []
+    held_rows = 0
+    holding = True
+    sent = 0
+    try:
+        for step in steps:
+            checker.feed(step.batch, step.start, step.offsets)
+            held.extend(step.pieces)
+            held_rows += sum(piece.batch.num_rows for piece in step.pieces)
+            if holding and checker.pending:
+                if held_rows < hold_back_rows:
+                    continue
+                holding = False
+                log.warning(
+                    "%s: %d row(s) to send are held back while delivered range %s is still being checked; "
+                    "sending them now to bound memory (a mismatch found later still fails the write)",
+                    checker.where,
+                    held_rows,
+                    checker.first_pending(),
+                )
+            for piece in held:
+                sent += piece.batch.num_rows
+                yield piece
+            held, held_rows = [], 0
+        checker.finish()
+    except Mismatch as mismatch:
+        raise mismatch_error(
+            mismatch, checker, table=table, source=source, partition=partition, sent=sent
+        ) from None
+    if checker.verified:
+        log.info(
+            "%s: checked %d delivered range(s) against the input: unchanged", checker.where, checker.verified
+        )
+    yield from held
+
+
+def mismatch_error(
+    mismatch: Mismatch,
+    checker: ContentChecker,
+    *,
+    table: str | None,
+    source: str | None,
+    partition: str,
+    sent: int,
+) -> ResumeMismatchError:
+    """The error a resume raises when its input no longer holds the delivered rows."""
+    span = mismatch.span
+    unit = "offsets" if checker.offset_column else "positions"
+    what = (
+        "Nothing was sent."
+        if not sent
+        else f"{sent} row(s) at {unit} never delivered before were already sent (memory bound)."
+    )
+    return ResumeMismatchError(
+        f"{checker.where}: resume refused: the input changed since an earlier try. At {unit} "
+        f"[{span.start}, {span.end}), delivered by that try, {mismatch.detail}; skipping by {unit} would "
+        "lose rows never delivered and send delivered ones again. "
+        f"{what} Ways out: write this input under a new partition (partition=..., CLI --partition), "
+        "or send every row again without resuming, accepting duplicates of what was delivered "
+        "(resume=False; CLI --no-resume; Airflow ZerobusIngestOperator(resume=False); Dagster: launch a "
+        "new run rather than re-executing, which writes under its own coverage partition).",
+        table=table,
+        source=source,
+        partition=partition,
+        span=span,
+    )
+
+
+def _where(table: str | None, source: str | None, partition: str) -> str:
+    parts = [] if table is None else [f"table {table}"]
+    if source is not None:
+        parts.append(f"source {source!r}")
+    parts.append(f"partition {partition!r}")
+    return ", ".join(parts)
 
 
 def _iter_batches(batches: BatchSource) -> Iterable[pa.RecordBatch]:
@@ -84,36 +209,43 @@ def _iter_batches(batches: BatchSource) -> Iterable[pa.RecordBatch]:
     return batches
 
 
-def _positional(index: _Covered, batches: Iterable[pa.RecordBatch]) -> Iterator[ResumeSlice]:
+def _positional(index: _Covered, batches: Iterable[pa.RecordBatch]) -> Iterator[_Step]:
     position = 0
     for batch in batches:
         start, end = position, position + batch.num_rows
         position = end
-        for gap in intervals.gaps_between(index.overlapping(start, end), start, end):
-            yield ResumeSlice(gap.start, batch.slice(gap.start - start, len(gap)))
+        pieces = [
+            ResumeSlice(gap.start, batch.slice(gap.start - start, len(gap)))
+            for gap in intervals.gaps_between(index.overlapping(start, end), start, end)
+        ]
+        yield _Step(batch, start, None, pieces)
 
 
 def _by_offset_column(
     index: _Covered, batches: Iterable[pa.RecordBatch], column: str, table: str | None
-) -> Iterator[ResumeSlice]:
+) -> Iterator[_Step]:
     for batch in batches:
         if batch.num_rows == 0:
             continue
         offsets = _offsets(batch, column, table)
-        bounds = pc.min_max(offsets)
-        hits = index.overlapping(bounds["min"].as_py(), bounds["max"].as_py() + 1)
-        if not hits:
-            yield ResumeSlice(offsets[0].as_py(), batch)
-            continue
-        # Few covered spans overlap one batch in practice (coverage is mostly contiguous), so a mask
-        # built span by span stays vectorised.
-        covered_mask = pc.and_(pc.greater_equal(offsets, hits[0].start), pc.less(offsets, hits[0].end))
-        for span in hits[1:]:
-            covered_mask = pc.or_(
-                covered_mask, pc.and_(pc.greater_equal(offsets, span.start), pc.less(offsets, span.end))
-            )
-        for row_start, row_count in _true_runs(pc.invert(covered_mask)):
-            yield ResumeSlice(offsets[row_start].as_py(), batch.slice(row_start, row_count))
+        yield _Step(batch, 0, offsets, list(_uncovered_by_offset(index, batch, offsets)))
+
+
+def _uncovered_by_offset(index: _Covered, batch: pa.RecordBatch, offsets: pa.Array) -> Iterator[ResumeSlice]:
+    bounds = pc.min_max(offsets)
+    hits = index.overlapping(bounds["min"].as_py(), bounds["max"].as_py() + 1)
+    if not hits:
+        yield ResumeSlice(offsets[0].as_py(), batch)
+        return
+    # Few covered spans overlap one batch in practice (coverage is mostly contiguous), so a mask
+    # built span by span stays vectorised.
+    covered_mask = pc.and_(pc.greater_equal(offsets, hits[0].start), pc.less(offsets, hits[0].end))
+    for span in hits[1:]:
+        covered_mask = pc.or_(
+            covered_mask, pc.and_(pc.greater_equal(offsets, span.start), pc.less(offsets, span.end))
+        )
+    for row_start, row_count in _true_runs(pc.invert(covered_mask)):
+        yield ResumeSlice(offsets[row_start].as_py(), batch.slice(row_start, row_count))
 
 
 def _offsets(batch: pa.RecordBatch, column: str, table: str | None) -> pa.Array:

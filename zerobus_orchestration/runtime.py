@@ -55,7 +55,7 @@ from zerobus_orchestration.resume import resume_slices
 from zerobus_orchestration.sink.confirmation import LaneKind
 from zerobus_orchestration.sink.health import PoolHealth
 from zerobus_orchestration.sink.pool import StreamPool
-from zerobus_orchestration.sink.sink import ZerobusSink
+from zerobus_orchestration.sink.sink import ZerobusSink, is_in_memory
 from zerobus_orchestration.storage import CredentialCache, config_storage_options
 from zerobus_orchestration.tables import TableName
 from zerobus_orchestration.transport.base import Transport
@@ -108,6 +108,9 @@ class WriteResult:
     delivery_latency_p99_s: float | None
     delta_version: int | None
     duration_s: float
+    rows_possibly_resent: int = 0
+    """Rows the SDK replayed when it reconnected a stream during this write (lack-of-ack timeout,
+    rotation): they may be in the table twice. An upper bound; read-back counts the actual duplicates."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -249,7 +252,7 @@ class ZerobusRuntime:
     ) -> ZerobusSink:
         """A sink over this process's long-lived pool for ``table``; the caller flushes it."""
         name = TableName.parse(table).full_name
-        gate = self._gate(role, descriptions, tags)
+        gate = self._gate(role, descriptions, tags, source=source)
         lane = LaneKind.RAW if gate.role is Role.PRIMARY_RAW else LaneKind.DERIVED
         return ZerobusSink(
             self._pool(name, lane),
@@ -295,12 +298,27 @@ class ZerobusRuntime:
             offset_column=offset_column,
             ordering_key=ordering_key,
         )
+        resent_before = sink.pool.rows_possibly_resent  # the pool outlives writes: count this one's only
         covered = self.covered(name, source=source, partition=partition) if resume else ()
         skipped = 0
         if covered:
             counted = _RowCounter(_batches(data))
-            for piece in resume_slices(covered, counted, offset_column=offset_column, table=name):
-                sink.push(piece.batch, at=None if offset_column else piece.start_offset)
+            key = CoverageKey(DEFAULT_SINK_ID, source_tag(source, partition), partition)
+            # The recorded content digests let the resume refuse, before sending, an input that changed.
+            pieces = resume_slices(
+                covered,
+                counted,
+                offset_column=offset_column,
+                table=name,
+                digests=self.coverage(name).digests(key),
+                source=source,
+                partition=partition,
+            )
+            # In-memory input is checked whole before anything is sent, resumed or not (see ``push``).
+            sink.push_positioned(
+                ((p.batch, None if offset_column else p.start_offset) for p in pieces),
+                whole=is_in_memory(data),
+            )
             skipped = counted.rows - sink.finish()[0].rows
             log.info("%s: resumed %s %r, skipped %d delivered row(s)", name, source, partition, skipped)
         else:
@@ -308,6 +326,15 @@ class ZerobusRuntime:
         sink.flush()  # the durability barrier: every confirmation has fired once this returns
         info, span = sink.finish()
         health = sink.health()
+        resent = sink.pool.rows_possibly_resent - resent_before
+        if resent:
+            log.warning(
+                "%s: the write succeeded, but the SDK reconnected stream(s) during it and re-sent up to %d "
+                "row(s) that may already have been durable: they may be in the table twice (read-back "
+                "counts duplicates)",
+                name,
+                resent,
+            )
         return WriteResult(
             table=name,
             source=source,
@@ -323,6 +350,7 @@ class ZerobusRuntime:
             delivery_latency_p99_s=health.delivery_latency_p99_s,
             delta_version=self.delta_version(name),
             duration_s=time.monotonic() - started,
+            rows_possibly_resent=resent,
         )
 
     def delta_version(self, table: str) -> int | None:
@@ -371,7 +399,12 @@ class ZerobusRuntime:
         default_uri = None if self.emulator is None else self.emulator.iceberg_rest_uri
         if default_uri is None and self.config.workspace_url:
             default_uri = self.config.workspace_url.rstrip("/") + "/api/2.1/unity-catalog/iceberg-rest"
-        return IcebergEndpoint.from_config(self.config.readback, default_uri=default_uri)
+        endpoint = IcebergEndpoint.from_config(self.config.readback, default_uri=default_uri)
+        if self.emulator is not None and endpoint.token is None and endpoint.uri == default_uri:
+            # The emulator's Iceberg REST facade requires a credential, like Unity Catalog's.
+            token = self.emulator.access_token()
+            endpoint = IcebergEndpoint(uri=endpoint.uri, token=token, properties=endpoint.properties)
+        return endpoint
 
     def readback(
         self,
@@ -483,7 +516,14 @@ class ZerobusRuntime:
         probe = getattr(self.catalog, "visibility_probe", None)
         return None if probe is None else probe()  # type: ignore[no-any-return]
 
-    def _gate(self, role: Role | None, descriptions: Descriptions, tags: TableTags | None) -> CatalogGate:
+    def _gate(
+        self,
+        role: Role | None,
+        descriptions: Descriptions,
+        tags: TableTags | None,
+        *,
+        source: str | None = None,
+    ) -> CatalogGate:
         return CatalogGate(
             self.catalog,
             role or self.config.role,
@@ -492,6 +532,8 @@ class ZerobusRuntime:
             comment_policy=self.config.catalog.comment_policy,
             tags=tags,
             metrics=self.metrics,
+            source=source,  # stamped as twg.source on a table this write creates
+            recheck_interval_s=self.config.catalog.precondition_recheck_s,
         )
 
     def _pool(self, table: str, lane: LaneKind) -> StreamPool:
@@ -570,13 +612,14 @@ def _start_emulator(config: ZerobusConfig, credentials: CredentialCache | None =
 def start_in_process_emulator(config: ZerobusConfig, credentials: CredentialCache | None = None) -> Emulator:
     """The embedded emulator in this process (also what the shared daemon runs)."""
     from zerobus_orchestration.emulator.iceberg_mirror import ICEBERG_DB_NAME
+    from zerobus_orchestration.emulator.private import with_warehouse_secret
     from zerobus_orchestration.emulator.server import Emulator
 
     # SQLite and the fsync'd WAL need local disk, even for an s3:// warehouse.
     state = absolute_state_dir(config)
     emulator = Emulator(
         absolute_warehouse(config.warehouse),
-        config.emulator,
+        with_warehouse_secret(config).emulator,  # never the well-known default secret
         storage_options=config_storage_options(config) or None,
         wal_dir=os.path.join(state, "wal"),
         iceberg_db=os.path.join(state, ICEBERG_DB_NAME),
@@ -590,8 +633,10 @@ def start_in_process_emulator(config: ZerobusConfig, credentials: CredentialCach
 def _build_transport(config: ZerobusConfig, emulator: EmulatorHandle | None) -> Transport:
     from zerobus_orchestration.transport.sdk import SdkTransport
 
-    if emulator is not None:
-        return SdkTransport.from_config(config, endpoint=emulator.endpoint, token_url=emulator.workspace_url)
+    if emulator is not None:  # the warehouse's own client secret; a dead shared daemon is replaced
+        from zerobus_orchestration.emulator.daemon_transport import emulator_transport
+
+        return emulator_transport(config, emulator)
     return SdkTransport.from_config(config)
 
 

@@ -20,7 +20,12 @@ from airflow_provider.operators.base import ZerobusBaseOperator, coverage_keys_f
 from airflow_provider.utils.observability import redact
 from airflow_provider.utils.schema import to_arrow_schema
 from zerobus_orchestration.config import Role
-from zerobus_orchestration.errors import ConfigError, PlanRefusedError, WriteBoundaryError
+from zerobus_orchestration.errors import (
+    ConfigError,
+    PlanRefusedError,
+    ResumeMismatchError,
+    WriteBoundaryError,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -239,8 +244,9 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
                 summary.get("rows_skipped"),
                 summary.get("delta_version"),
             )
-        except (PlanRefusedError, WriteBoundaryError, ConfigError) as exc:
-            # Bad input or a refused table change: a retry sends the same data and fails the same way.
+        except (PlanRefusedError, WriteBoundaryError, ConfigError, ResumeMismatchError) as exc:
+            # Bad input, a refused table change, or an input that changed since an earlier try (resume
+            # would lose rows): a retry sends the same data and fails the same way.
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc
         finally:
             self.report_and_release(summary, tables=[str(summary["table"]) if summary else self.table])

@@ -27,6 +27,8 @@ _POOL_COUNTERS = (
     "concurrency_rejects",
     "ack_retries",
     "poisoned",
+    "recoveries",
+    "rows_possibly_resent",
 )
 # Per-pool percentiles: the summary keeps the worst pool's value.
 _POOL_WORST = ("delivery_latency_p50_s", "delivery_latency_p99_s")
@@ -40,6 +42,7 @@ _RESULT_KEYS = (
     "streams_used",
     "delta_version",
     "duration_s",
+    "rows_possibly_resent",
 )
 
 

@@ -52,15 +52,17 @@ def test_plain_extra_keys_win_over_prefixed_ones() -> None:
     assert extra_value({"warehouse": "", "extra__zerobus__warehouse": "/legacy"}, "warehouse") == "/legacy"
 
 
-def test_empty_host_or_embedded_flag_selects_the_emulator_on_the_warehouse_path(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_empty_connection_or_embedded_flag_selects_the_emulator_on_the_warehouse_path(tmp_path) -> None:  # type: ignore[no-untyped-def]
     no_host = ConnectionFields(conn_id="zb", extra={"extra__zerobus__warehouse": str(tmp_path)})
     cfg = config_from_connection(no_host)
     assert cfg.embedded and cfg.endpoint is None
     assert cfg.warehouse == str(tmp_path)
     assert cfg.catalog.backend is CatalogBackend.LOCAL
 
+    # The flag no longer overrides a Host (that is refused, see test_connection_mode.py): it selects the
+    # emulator for a connection that also carries credentials, which without it would be refused.
     flagged = ConnectionFields(
-        conn_id="zb", host="https://ignored", extra={"embedded": "true", "warehouse": "/w"}
+        conn_id="zb", login="client-id", password="pw", extra={"embedded": "true", "warehouse": "/w"}
     )
     assert config_from_connection(flagged).embedded
 

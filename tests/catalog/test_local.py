@@ -190,7 +190,7 @@ def test_hostile_column_names_round_trip_through_create_and_evolve(catalog: Loca
 
 
 def test_table_names_needing_escapes_are_refused_loudly(catalog: LocalCatalog) -> None:
-    with pytest.raises(ConfigError, match="rename it"):
+    with pytest.raises(ConfigError, match="rename the table"):
         catalog.describe("main.raw.`we ird`")
 
 

@@ -33,6 +33,22 @@ def test_protocol_filter() -> None:
     assert [f.kind for f in injector.arm("c.s.t", "row")] == [FaultKind.ROTATE]
 
 
+def test_handing_a_fault_to_a_stream_is_not_recording_that_it_acted() -> None:
+    injector = FaultInjector([FaultSpec(kind=FaultKind.WITHHOLD_ACKS, after_batches=5)])
+    assert injector.enabled is False  # remote arming (HTTP) is off unless the emulator enables it
+    (spec,) = injector.arm("c.s.t", "arrow")
+    assert injector.fired == [spec] and injector.acted == [] and injector.actions == []
+    injector.record_acted(spec, "c.s.t", "stream-1", "withheld the ack of batch 6")
+    assert injector.acted == [spec]
+    (action,) = injector.actions_of(FaultKind.WITHHOLD_ACKS)
+    assert (action.table, action.stream_id, action.detail) == (
+        "c.s.t",
+        "stream-1",
+        "withheld the ack of batch 6",
+    )
+    assert injector.actions_of(FaultKind.DELAY_ACKS) == []
+
+
 def test_fault_file_round_trip_and_validation(tmp_path: Path) -> None:
     path = tmp_path / "faults.json"
     path.write_text(
@@ -72,6 +88,12 @@ def test_delayed_acks_still_arrive_and_limited_stream_still_delivers(warehouse: 
         assert time.monotonic() - start >= 0.3
         stream.close()
         emu.materialize_now(TABLE)
+        # The fault acted on the batches after the first, each ack on its own (no coalescing).
+        delayed = emu.faults.actions_of(FaultKind.DELAY_ACKS)
+        assert [a.detail for a in delayed] == [f"delayed the ack of batch {n} by 0.3 s" for n in (2, 3)], (
+            "the delay fault never acted"
+        )
+        assert {a.table for a in delayed} == {TABLE}
     assert sorted(read_table(warehouse).column("id").to_pylist()) == [0, 1, 2]
 
 

@@ -101,24 +101,29 @@ def test_short_lived_tokens_expire(warehouse: Path) -> None:
         assert info.value.code == "UNAUTHENTICATED"
 
 
-def test_http_hooks_materialize_and_arm_faults(emulator: Emulator, warehouse: Path) -> None:
-    assert request(emulator.workspace_url + "/_emulator/health") == (200, {"status": "ok"})
-    fault = {"kind": "reject_open", "status": "UNAVAILABLE", "table": TABLE}
-    status, body = request(emulator.workspace_url + "/_emulator/faults", json.dumps(fault).encode())
-    assert status == 200 and body["armed"]["kind"] == "reject_open"
-    assert [f.kind.value for f in emulator.faults.pending()] == ["reject_open"]
-    assert request(emulator.workspace_url + "/_emulator/faults", b'{"kind": "nope"}')[0] == 400
-    emulator.faults.clear()
-    stream = open_arrow(emulator, TABLE, SCHEMA)
-    stream.wait_for_offset(stream.ingest_batch(events([1])))
-    stream.close()
-    status, body = request(emulator.workspace_url + f"/_emulator/materialize?table={TABLE}", b"")
-    assert status == 200
-    assert read_table(warehouse).num_rows == 1
+def test_http_hooks_materialize_and_arm_faults(warehouse: Path) -> None:
+    config = EmulatorConfig(time_to_table_s=0.2, iceberg_lag_s=0.0, faults_enabled=True)
+    with Emulator(str(warehouse), config, iceberg=False) as emulator:
+        auth = {"Authorization": f"Bearer {emulator.issue_token()}"}
+        assert request(emulator.workspace_url + "/_emulator/health") == (200, {"status": "ok"})
+        fault = {"kind": "reject_open", "status": "UNAVAILABLE", "table": TABLE}
+        url = emulator.workspace_url + "/_emulator/faults"
+        status, body = request(url, json.dumps(fault).encode(), auth)
+        assert status == 200 and body["armed"]["kind"] == "reject_open"
+        assert [f.kind.value for f in emulator.faults.pending()] == ["reject_open"]
+        assert request(url, b'{"kind": "nope"}', auth)[0] == 400
+        emulator.faults.clear()
+        stream = open_arrow(emulator, TABLE, SCHEMA)
+        stream.wait_for_offset(stream.ingest_batch(events([1])))
+        stream.close()
+        status, body = request(emulator.workspace_url + f"/_emulator/materialize?table={TABLE}", b"", auth)
+        assert status == 200
+        assert read_table(warehouse).num_rows == 1
 
 
 def test_iceberg_rest_without_the_facade_answers_503(emulator: Emulator) -> None:
-    status, body = request(emulator.iceberg_rest_uri + "/v1/config")
+    auth = {"Authorization": f"Bearer {emulator.issue_token()}"}
+    status, body = request(emulator.iceberg_rest_uri + "/v1/config", headers=auth)
     assert status == 503 and "Iceberg REST facade" in body["error"]["message"]
 
 
@@ -133,9 +138,11 @@ def test_iceberg_rest_is_routed_to_the_mirror_facade(warehouse: Path) -> None:
         version = emu.materialize_now(TABLE)
         assert version is not None
         assert emu.mirror is not None and emu.mirror.sync_now(TABLE) >= version
-        status, _ = request(emu.iceberg_rest_uri + "/v1/config?warehouse=main")
+        token = emu.issue_token()
+        auth = {"Authorization": f"Bearer {token}"}
+        status, _ = request(emu.iceberg_rest_uri + "/v1/config?warehouse=main", headers=auth)
         assert status == 200
-        catalog = RestCatalog("uc", uri=emu.iceberg_rest_uri, warehouse="main", token="local")
+        catalog = RestCatalog("uc", uri=emu.iceberg_rest_uri, warehouse="main", token=token)
         table = catalog.load_table("default.events")
         assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [1, 2, 3]
 

@@ -125,17 +125,36 @@ def test_table_state_repr_does_not_show_the_object_store_secret(warehouse: Path)
         state.wal.close()
 
 
-def test_materializer_keeps_only_recent_errors_for_a_table_that_keeps_failing(warehouse: Path) -> None:
-    from zerobus_orchestration.emulator.materializer import MAX_KEPT_ERRORS, Materializer
+def test_materializer_marks_a_table_delta_refuses_failed_instead_of_retrying_it(warehouse: Path) -> None:
+    from zerobus_orchestration.emulator.materializer import Materializer
 
     state = TableState.open(TABLE, table_uri(str(warehouse), TABLE), wal_dir(warehouse), None)
     try:
-        state.wal.append_durable(b"not an Arrow IPC stream")  # fails to decode on every period
+        state.wal.append_durable(b"not an Arrow IPC stream")  # no retry can ever commit it
         materializer = Materializer(3600, lambda: [state], None)
-        for _ in range(MAX_KEPT_ERRORS + 20):
-            materializer.run_once()
-        assert len(materializer.errors) == MAX_KEPT_ERRORS
-        assert all(TABLE in e and "WAL kept" in e for e in materializer.errors)
+        for _ in range(20):
+            materializer.run_once(final=True)
+        assert len(materializer.errors) == 1  # failed once, then skipped: no endless retry loop
+        assert TABLE in materializer.errors[0] and "emulator quarantine --table" in materializer.errors[0]
+        assert state.failure is not None and state.failure.seq == 1 and state.failure.data_error
         assert state.pending() == 1  # nothing was dropped
+    finally:
+        state.wal.close()
+
+
+def test_materializer_gives_up_on_a_table_whose_storage_keeps_failing(warehouse: Path) -> None:
+    from zerobus_orchestration.emulator.materializer import MAX_TRANSIENT_FAILURES, Materializer
+
+    state = TableState.open(TABLE, table_uri(str(warehouse), TABLE), wal_dir(warehouse), None)
+    try:
+        state.wal.append_durable(batch_to_ipc(rows([1])))
+        state.uri = str(warehouse / "gone")  # the Delta table cannot be loaded: not the batch's fault
+        materializer = Materializer(0.001, lambda: [state], None)
+        for _ in range(MAX_TRANSIENT_FAILURES + 5):
+            materializer.run_once(final=True)
+        assert len(materializer.errors) == MAX_TRANSIENT_FAILURES  # retried, then marked failed
+        assert state.failure is not None and not state.failure.data_error
+        assert "restart the emulator" in state.failure.message()
+        assert state.pending() == 1
     finally:
         state.wal.close()

@@ -120,6 +120,10 @@ def test_unavailable_mid_stream_is_recovered_without_loss(emulator: Emulator, wa
     stream.flush()
     stream.close()
     assert offsets == list(range(6))
+    assert [a.detail for a in emulator.faults.actions_of(FaultKind.ABORT)] == [
+        "ended the stream with UNAVAILABLE at batch 3"
+    ], "the abort fault never acted"
+    assert emulator.streams_opened(TABLE) == 2, "the SDK did not reconnect"
     emulator.materialize_now(TABLE)
     # Batch 3 was dropped by the fault (never written), so exactly-once holds here.
     assert ids_in_table(warehouse) == list(range(6))
@@ -136,6 +140,7 @@ def test_poison_mid_stream_surfaces_non_retryable_with_unacked_batches(
         stream.ingest_batch(events([i]))
     with pytest.raises(NonRetriableException, match="invalid argument"):
         stream.flush()
+    assert [a.spec.status for a in emulator.faults.actions_of(FaultKind.ABORT)] == ["INVALID_ARGUMENT"]
     unacked = stream.get_unacked_batches()
     assert [b.column(0).to_pylist() for b in unacked] == [[2], [3], [4]]
     emulator.materialize_now(TABLE)
@@ -165,11 +170,17 @@ def test_withheld_acks_time_out_and_recover_at_least_once(emulator: Emulator, wa
         stream.ingest_batch(events([i]))
     stream.flush()
     stream.close()
+    withheld = emulator.faults.actions_of(FaultKind.WITHHOLD_ACKS)
+    expected = [f"withheld the ack of batch {n}" for n in (2, 3)]
+    assert [a.detail for a in withheld] == expected, "the withhold fault never acted"
+    assert len({a.stream_id for a in withheld}) == 1
+    # What the client did about it: its lack-of-ack timeout moved it to a second stream.
+    assert emulator.streams_opened(TABLE) == 2
     emulator.materialize_now(TABLE)
     ids = ids_in_table(warehouse)
     # Durable but unacknowledged batches are re-sent on the new stream: at-least-once, never lost.
-    assert set(ids) == {0, 1, 2}
-    assert ids.count(0) == 1
+    # Exactly the two withheld batches come twice (from the first stream's WAL and the re-send).
+    assert sorted(ids) == [0, 1, 1, 2, 2]
 
 
 @pytest.mark.parametrize(

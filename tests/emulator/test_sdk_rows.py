@@ -91,6 +91,10 @@ def test_unavailable_mid_stream_is_recovered(emulator: Emulator, warehouse: Path
         stream.ingest_record_offset({"id": i})
     stream.flush()
     stream.close()
+    assert [a.detail for a in emulator.faults.actions_of(FaultKind.ABORT)] == [
+        "ended the stream with UNAVAILABLE at batch 4"
+    ], "the abort fault never acted"
+    assert emulator.streams_opened(TABLE) == 2, "the SDK did not reconnect"
     emulator.materialize_now(TABLE)
     assert ids_in_table(warehouse) == list(range(6))
 
@@ -104,6 +108,7 @@ def test_poison_mid_stream_returns_unacked_records(emulator: Emulator, warehouse
         stream.ingest_record_offset({"id": i})
     with pytest.raises(NonRetriableException, match="poisoned"):
         stream.flush()
+    assert [a.spec.status for a in emulator.faults.actions_of(FaultKind.ABORT)] == ["INVALID_ARGUMENT"]
     assert [json.loads(r)["id"] for r in stream.get_unacked_records()] == [2, 3, 4]
     emulator.materialize_now(TABLE)
     assert ids_in_table(warehouse) == [0, 1]

@@ -166,6 +166,11 @@ def test_poisoned_stream_is_rebuilt_and_every_row_lands(
     sink.flush(timeout=30)
 
     assert len(emulator.faults.fired) == 2, "both faults must have hit the first stream"
+    # Both acted on it (not only handed to it): acks withheld after batch 2, then the poison status.
+    assert emulator.faults.actions_of(FaultKind.WITHHOLD_ACKS), "the withhold fault never acted"
+    aborts = emulator.faults.actions_of(FaultKind.ABORT)
+    poisoned_at = f"ended the stream with INVALID_ARGUMENT at batch {accepted_before_abort + 1}"
+    assert [a.detail for a in aborts] == [poisoned_at]
     health = pool.health()
     assert health.rebuilds == 1 and health.poisoned == 1
     assert health.failed_batches == 0 and health.pending == 0

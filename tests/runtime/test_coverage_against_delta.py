@@ -17,7 +17,7 @@ from killed_writer import SOURCE as WRITER_SOURCE
 from killed_writer import TABLE, orders
 from runtime_helpers import RESUME_CAPACITY, fast_config, resume_config
 
-from zerobus_orchestration.emulator.faults import FaultSpec
+from zerobus_orchestration.emulator.faults import FaultKind, FaultSpec
 from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.reserved import OFFSET, SOURCE
 from zerobus_orchestration.runtime import ZerobusRuntime, acquire_runtime, close_all_runtimes
@@ -74,6 +74,9 @@ def test_coverage_never_leads_delta_under_concurrent_writes(tmp_path: Path) -> N
             w.join()
         assert not failures, failures
         assert samples >= 3
+        # The slow acks happened: the window this test samples existed.
+        delayed = runtime.emulator.faults.actions_of(FaultKind.DELAY_ACKS)  # type: ignore[attr-defined]
+        assert delayed and {a.table for a in delayed} == {TABLE}, "the delay fault never acted"
         report = runtime.readback(TABLE)
         assert report.verified and report.rows_scanned == 60_000
     finally:

@@ -190,9 +190,11 @@ def test_a_failed_coverage_record_fails_the_write_naming_the_fix(
     """
     runtime.write(TABLE, orders(10), source="orders")  # opens the store and the streams first
 
-    def disk_full(self: CoverageStore, items: object) -> None:
+    def disk_full(self: CoverageStore, items: object, digests: object = ()) -> None:
         raise sqlite3.OperationalError("database or disk is full")
 
+    # The ack lane records a range and its content digest in one call (``record_delivered``).
+    monkeypatch.setattr(CoverageStore, "record_delivered", disk_full)
     monkeypatch.setattr(CoverageStore, "record_many", disk_full)
     with pytest.raises(CoverageNotRecordedError) as failure:
         runtime.write(TABLE, orders(110), source="orders")  # the replay: positions 10..109 are new

@@ -112,8 +112,18 @@ def test_one_wait_confirms_every_lower_offset(metrics: SinkMetrics) -> None:
     lane.stop()
     assert stream.waits == [9]
     assert [o for o, _ in recorder.fired] == list(range(10))
-    assert metrics.sample("zerobus_ack_coalesce_ratio_sum", {"table": "main.test.t", "stream": "0"}) == 10
-    assert metrics.sample("zerobus_ack_coalesce_ratio_count", {"table": "main.test.t", "stream": "0"}) == 1
+    assert (
+        metrics.sample(
+            "zerobus_ack_coalesce_ratio_sum", {"table": "main.test.t", "stream": "0", "lane": "raw"}
+        )
+        == 10
+    )
+    assert (
+        metrics.sample(
+            "zerobus_ack_coalesce_ratio_count", {"table": "main.test.t", "stream": "0", "lane": "raw"}
+        )
+        == 1
+    )
 
 
 def test_nothing_fires_on_submit_only_on_the_ack(metrics: SinkMetrics) -> None:
@@ -137,7 +147,7 @@ def test_pending_gauge_shows_the_backlog_while_the_ack_is_stalled(metrics: SinkM
     """The gauge exists to show a stalled ack: it must rise while the lane waits, not only after."""
     stream = ScriptedStream()
     lane = make_lane(stream, metrics, WatermarkRecorder(stream))
-    labels = {"table": "main.test.t", "stream": "0"}
+    labels = {"table": "main.test.t", "stream": "0", "lane": "raw"}
     for seq in range(5):
         submit(lane, stream, seq)  # queued before the lane runs: one burst
     lane.start()
@@ -162,7 +172,10 @@ def test_transient_wait_failures_are_retried_without_double_confirming(metrics: 
     lane.stop()
     assert [o for o, _ in recorder.fired] == [0, 1, 2, 3]
     assert lane.retries == 3 and lane.delivered == 4
-    assert metrics.sample("zerobus_ack_lane_retry_total", {"table": "main.test.t", "stream": "0"}) == 3
+    assert (
+        metrics.sample("zerobus_ack_lane_retry_total", {"table": "main.test.t", "stream": "0", "lane": "raw"})
+        == 3
+    )
 
 
 class FailureObserver:
@@ -193,7 +206,12 @@ def test_poison_stops_confirming_keeps_unconfirmed_and_reports(metrics: SinkMetr
     assert lane.delivered == 2
     kept = lane.take_unconfirmed()
     assert [item.seq for item in kept] == [2, 3, 4, 5]
-    assert metrics.sample("zerobus_ack_lane_poisoned_total", {"table": "main.test.t", "stream": "0"}) == 1
+    assert (
+        metrics.sample(
+            "zerobus_ack_lane_poisoned_total", {"table": "main.test.t", "stream": "0", "lane": "raw"}
+        )
+        == 1
+    )
 
 
 def test_full_channel_makes_reserve_wait_until_confirmations_fire(metrics: SinkMetrics) -> None:
@@ -295,6 +313,6 @@ def test_batch_size_is_measured_once_and_carried_through_a_resubmission(metrics:
     lane.start()
     assert lane.wait_idle(timeout=10)
     lane.stop()
-    labels = {"table": "main.test.t", "stream": "0"}
+    labels = {"table": "main.test.t", "stream": "0", "lane": "raw"}
     assert metrics.sample("zerobus_bytes_submitted_total", labels) == 99
     assert metrics.sample("zerobus_bytes_delivered_total", labels) == 99

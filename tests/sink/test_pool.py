@@ -90,8 +90,13 @@ def test_poison_rebuilds_within_budget_resubmits_and_other_members_keep_their_st
     assert health.rebuilds == 1 and health.poisoned == 1 and health.failed_batches == 0
     assert [s.stream_id for s in health.streams][1:] == ["mem-1", "mem-2"]  # untouched members
     assert health.streams[0].stream_id != "mem-0"
-    assert metrics.sample("zerobus_stream_rebuilds_total", {"table": TABLE, "stream": "0"}) == 1
-    assert metrics.sample("zerobus_stream_rebuilds_total", {"table": TABLE, "stream": "1"}) is None
+    assert (
+        metrics.sample("zerobus_stream_rebuilds_total", {"table": TABLE, "stream": "0", "lane": "raw"}) == 1
+    )
+    assert (
+        metrics.sample("zerobus_stream_rebuilds_total", {"table": TABLE, "stream": "1", "lane": "raw"})
+        is None
+    )
     # No offset re-advanced: every span recorded exactly once, delivered == submitted per member.
     assert recorder.recorded_twice() == []
     assert recorder.covered() == 600
@@ -401,7 +406,8 @@ def test_a_batch_that_poisons_every_stream_at_submit_is_refused_after_bounded_re
     health = pool.health()
     assert health.rebuilds == attempts
     rebuild_samples = [
-        metrics.sample("zerobus_stream_rebuilds_total", {"table": TABLE, "stream": str(i)}) or 0
+        metrics.sample("zerobus_stream_rebuilds_total", {"table": TABLE, "stream": str(i), "lane": "raw"})
+        or 0
         for i in range(pool.size)
     ]
     assert sum(rebuild_samples) == attempts
@@ -716,8 +722,10 @@ def test_a_lane_stopped_by_exhausted_transient_retries_is_not_counted_as_poisone
     assert receipt.durable(timeout=5) == OffsetRange(0, 3)
     health = pool.health()
     assert (health.lane_failures, health.rebuilds, health.poisoned) == (1, 1, 0)
-    assert metrics.sample("zerobus_ack_lane_poisoned_total", {"table": TABLE, "stream": "0"}) == 0
-    assert metrics.sample("zerobus_ack_lane_retry_total", {"table": TABLE, "stream": "0"}) == 1
+    assert (
+        metrics.sample("zerobus_ack_lane_poisoned_total", {"table": TABLE, "stream": "0", "lane": "raw"}) == 0
+    )
+    assert metrics.sample("zerobus_ack_lane_retry_total", {"table": TABLE, "stream": "0", "lane": "raw"}) == 1
     pool.close()
 
 

@@ -265,9 +265,11 @@ def test_health_snapshot_and_metric_names(metrics: SinkMetrics) -> None:
         "zerobus_bytes_delivered",
     ):
         assert name in names
-    labels = {"table": TABLE, "stream": "0"}
+    labels = {"table": TABLE, "stream": "0", "lane": "raw"}
     rows_0 = metrics.sample("zerobus_rows_delivered_total", labels) or 0
-    rows_1 = metrics.sample("zerobus_rows_delivered_total", {"table": TABLE, "stream": "1"}) or 0
+    rows_1 = (
+        metrics.sample("zerobus_rows_delivered_total", {"table": TABLE, "stream": "1", "lane": "raw"}) or 0
+    )
     assert rows_0 + rows_1 == 20
     pool.close()
 

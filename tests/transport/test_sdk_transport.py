@@ -233,6 +233,8 @@ def test_poison_reports_unacked_batches(emulator: Emulator, transport: SdkTransp
     stream.submit(sent_after[0])  # the emulator aborts the stream on this one
     with pytest.raises(StreamPoisonedError) as poisoned:
         stream.wait_for_offset(2)
+    aborts = [a for a in emulator.faults.actions_of(FaultKind.ABORT) if a.table == table]
+    assert [a.spec.status for a in aborts] == ["INVALID_ARGUMENT"], "the abort fault never acted"
     assert poisoned.value.code == "INVALID_ARGUMENT"
     assert classify(poisoned.value) is ErrorClass.POISON
     assert "poison" in str(poisoned.value)
@@ -260,6 +262,8 @@ def test_ack_timeout_is_transient_and_the_wait_can_be_retried(
     with pytest.raises(TransientError) as slow:
         stream.wait_for_offset(offset)
     assert slow.value.code == "DEADLINE_EXCEEDED"
+    delayed = [a.detail for a in emulator.faults.actions_of(FaultKind.DELAY_ACKS) if a.table == table]
+    assert delayed == ["delayed the ack of batch 1 by 1.5 s"], "the delay fault never acted"
     deadline = time.monotonic() + 5
     while True:  # what the ack lane does: retry the same wait, nothing re-sent, nothing re-advanced
         try:
@@ -360,6 +364,8 @@ def test_rejected_open_is_injectable(emulator: Emulator, transport: SdkTransport
     )
     with pytest.raises(ConcurrencyRejectedError):
         transport.open_stream(table, SCHEMA)  # the SDK's two attempts spend both
+    refused = [a.detail for a in emulator.faults.actions_of(FaultKind.REJECT_OPEN) if a.table == table]
+    assert refused == ["refused the stream open with RESOURCE_EXHAUSTED"] * 2
     transport.open_stream(table, SCHEMA).close()
 
 

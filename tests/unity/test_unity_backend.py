@@ -11,6 +11,7 @@ import pytest
 from pydantic import SecretStr
 
 from zerobus_orchestration.catalog.base import Access, DesiredTable, TableState
+from zerobus_orchestration.catalog.plan import SetProperty
 from zerobus_orchestration.catalog.unity import (
     StatementFailedError,
     StatementPolling,
@@ -311,7 +312,9 @@ def test_from_config_errors_name_the_missing_keys(fake_uc: FakeUnityCatalog) -> 
 
 
 def test_hostile_names_and_comments_round_trip_through_sql(unity: UnityCatalog) -> None:
-    table = "main.raw.`odd``table`"
+    # A table name Zerobus cannot hold is refused by ``TableName`` (tests/test_table_names.py); the
+    # hostile parts here are the columns and the comment.
+    table = "main.raw.`Odd_Table`"
     columns = pa.schema(
         [
             pa.field("id", pa.int64(), nullable=False),
@@ -323,7 +326,7 @@ def test_hostile_names_and_comments_round_trip_through_sql(unity: UnityCatalog) 
     desired_table = DesiredTable.build(table, columns, Role.DERIVED, descriptions={"we`ird name": comment})
     outcome = unity.reconcile(table, desired_table)
     state = outcome.state
-    assert state.name == "main.raw.odd`table"
+    assert state.name == "main.raw.odd_table"  # backticks are quoting; Unity Catalog folds case
     # "we`ird name" has a space: a Delta table holds it only with column mapping, even a derived one.
     assert state.properties["delta.columnMapping.mode"] == "name"
     weird = state.column("we`ird name")
@@ -346,12 +349,22 @@ def test_unknown_warehouse_is_a_catalog_error_naming_the_statement(fake_uc: Fake
         catalog.execute(["ALTER TABLE main.raw.t ADD COLUMNS (a INT)"])
 
 
-def test_adopting_a_plain_table_as_primary_raw_upgrades_it(
+def test_adopting_a_plain_table_as_primary_raw_upgrades_it_only_on_an_explicit_repair(
     unity: UnityCatalog, fake_uc: FakeUnityCatalog
 ) -> None:
     fake_uc.execute_sql(f"CREATE TABLE {TABLE} (id BIGINT NOT NULL, name STRING)")
-    outcome = unity.reconcile(TABLE, desired())
-    assert "set_property" in {s.kind for s in outcome.plan.steps}
+    # Without repair the primary-raw properties are not set on a live table: the preconditions refuse it.
+    plain = unity.reconcile(TABLE, desired())
+    assert {(s.key, s.value) for s in plain.plan.steps if isinstance(s, SetProperty)} == {
+        ("twg.role", "primary_raw")
+    }
+    assert {c.name for c in unmet(check_primary_raw(unity, TABLE))} == {
+        "iceberg_reads",
+        "column_mapping",
+        "protocol",
+    }
+    outcome = unity.reconcile(TABLE, desired(repair=True))
+    assert "delta.enableIcebergCompatV2" in {s.key for s in outcome.plan.steps if isinstance(s, SetProperty)}
     assert unmet(check_primary_raw(unity, TABLE)) == []
 
 
@@ -362,7 +375,7 @@ def test_adopting_a_deletion_vector_table_leaves_the_feature_to_purge(
         f"CREATE TABLE {TABLE} (id BIGINT NOT NULL, name STRING) "
         "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
     )
-    unity.reconcile(TABLE, desired())  # turns the property off and UniForm on, in one statement
+    unity.reconcile(TABLE, desired(repair=True))  # turns the property off and UniForm on, one statement
     missing = unmet(check_primary_raw(unity, TABLE))
     assert [c.name for c in missing] == ["deletion_vectors_disabled"]
     assert "feature is active" in missing[0].detail and "PURGE" in missing[0].detail
@@ -451,8 +464,15 @@ def test_losing_a_create_race_converges_on_the_table_the_other_producer_made(
     unity: UnityCatalog, fake_uc: FakeUnityCatalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The other producer creates the table with fewer columns; our CREATE ... IF NOT EXISTS is a no-op.
+    # It is a primary-raw producer too, so its CREATE declares the primary-raw properties (creation);
+    # a plain table made in that window is not upgraded behind anyone's back (test_precondition_recheck).
     _another_producer_acts_after_our_describe(
-        unity, monkeypatch, lambda: fake_uc.execute_sql(f"CREATE TABLE {TABLE} (id BIGINT NOT NULL)")
+        unity,
+        monkeypatch,
+        lambda: fake_uc.execute_sql(
+            f"CREATE TABLE {TABLE} (id BIGINT NOT NULL) TBLPROPERTIES ('delta.enableIcebergCompatV2' = 'true', "
+            "'delta.universalFormat.enabledFormats' = 'iceberg', 'delta.enableDeletionVectors' = 'false')"
+        ),
     )
     outcome = unity.reconcile(TABLE, desired())
     assert outcome.state.column("name") is not None and outcome.state.role is Role.PRIMARY_RAW
@@ -514,7 +534,7 @@ def test_adopting_a_plain_table_as_primary_raw_maps_columns_before_adding_them(
     unity: UnityCatalog, fake_uc: FakeUnityCatalog
 ) -> None:
     fake_uc.execute_sql(f"CREATE TABLE {TABLE} (id BIGINT NOT NULL, name STRING)")
-    wanted = desired(pa.field("zip code", pa.string()))
+    wanted = desired(pa.field("zip code", pa.string()), repair=True)
     statements = unity.planned_statements(TABLE, wanted)
     assert len(statements) == 3
     assert statements[0] == (

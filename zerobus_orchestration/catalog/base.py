@@ -5,7 +5,7 @@ Every backend (``local``: Delta log + SQLite registry; ``unity``: databricks-sdk
 and the primary-raw predicates (``preconditions.py``), all of which work over the values defined here:
 
 - ``DesiredTable``: what the producer needs (Arrow schema + reserved columns, role, properties,
-  column descriptions, evolution policy). Built with ``DesiredTable.build``.
+  creation-only properties, column descriptions, evolution policy). Built with ``DesiredTable.build``.
 - ``TableState``: what the catalog has (columns with Delta type text and Arrow type, properties,
   protocol, identity, registration, emulated capabilities). ``None`` from ``describe`` = absent.
 - ``ReconcileOutcome``: the plan that was executed and the state after it.
@@ -15,7 +15,7 @@ and the primary-raw predicates (``preconditions.py``), all of which work over th
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
@@ -118,6 +118,14 @@ class DesiredTable:
     # True when the schema is one producer's batch (Zerobus lets producers omit nullable columns):
     # live columns missing from it are left alone instead of being refused as drops.
     subset: bool = False
+    # Set only when the table is created (``CreateTable``), never diffed against a live table: the
+    # primary-raw properties (a drifted live value is refused by ``preconditions.py``, not set back)
+    # and ``twg.source`` (the source the table was created for; later writers of other sources must
+    # not flip it back and forth).
+    create_properties: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # The operator's explicit request (``zerobus-orch plan --apply --repair``) to set the creation
+    # properties on an existing table too, i.e. to repair drifted primary-raw properties.
+    repair: bool = False
 
     @classmethod
     def build(
@@ -132,6 +140,8 @@ class DesiredTable:
         allow_widening: bool = False,
         comment_policy: CommentPolicy = CommentPolicy.RESPECT,
         subset: bool = False,
+        create_properties: Mapping[str, str] | None = None,
+        repair: bool = False,
     ) -> DesiredTable:
         """Payload columns from ``schema`` plus the reserved columns (always present, always described).
 
@@ -143,6 +153,13 @@ class DesiredTable:
         seen: set[str] = set()
         folded: dict[str, str] = {}
         for f in schema:
+            unnamed = _unnamed_field(f)
+            if unnamed is not None:
+                # Delta and Unity Catalog cannot hold a column (or struct field) without a name.
+                raise ConfigError(
+                    f"table {name}: {unnamed} has an empty name; Delta and Unity Catalog need every column "
+                    "and struct field named. Fix: name it (or drop it) before writing"
+                )
             if f.name in seen:
                 raise ConfigError(f"table {name}: column {f.name!r} appears twice in the schema")
             seen.add(f.name)
@@ -169,6 +186,11 @@ class DesiredTable:
                     f.name, f.type, f.nullable, payload_descriptions.get(f.name), engine_owned=False
                 )
             )
+        if not columns:
+            raise ConfigError(
+                f"table {name}: the schema has no columns of its own (only engine-owned ones, or none); a "
+                "table needs at least one payload column. Fix: send the data's columns"
+            )
         for rf in RESERVED_FIELDS:
             incoming = schema.field(rf.name) if rf.name in seen else None
             if incoming is not None and not _same_storage(incoming.type, rf.type):
@@ -193,6 +215,8 @@ class DesiredTable:
             allow_widening=allow_widening,
             comment_policy=comment_policy,
             subset=subset,
+            create_properties=MappingProxyType(dict(create_properties or {})),
+            repair=repair,
         )
 
     def column(self, name: str) -> DesiredColumn | None:
@@ -201,15 +225,23 @@ class DesiredTable:
     def with_properties(self, extra: Mapping[str, str]) -> DesiredTable:
         """A copy with ``extra`` merged under the explicit properties (explicit ones win)."""
         merged = {**dict(extra), **dict(self.properties)}
-        return DesiredTable(
-            self.name,
-            self.columns,
-            self.role,
-            MappingProxyType(merged),
-            self.allow_widening,
-            self.comment_policy,
-            self.subset,
-        )
+        return replace(self, properties=MappingProxyType(merged))
+
+    def with_create_properties(self, extra: Mapping[str, str]) -> DesiredTable:
+        """A copy with ``extra`` merged under the creation-only properties (explicit ones win)."""
+        merged = {**dict(extra), **dict(self.create_properties)}
+        return replace(self, create_properties=MappingProxyType(merged))
+
+    def with_role_properties(self, extra: Mapping[str, str]) -> DesiredTable:
+        """``extra`` (a role's required properties) set at creation, or on a live table when repairing.
+
+        Without ``repair`` a drifted live value is left for the preconditions to refuse, never set back.
+        """
+        return self.with_properties(extra) if self.repair else self.with_create_properties(extra)
+
+    def creation_properties(self) -> dict[str, str]:
+        """What ``CreateTable`` declares: the creation-only properties under the explicit ones."""
+        return {**dict(self.create_properties), **dict(self.properties)}
 
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([pa.field(c.name, c.arrow_type, nullable=c.nullable) for c in self.columns])
@@ -330,6 +362,21 @@ class TableCatalog(Protocol):
 def _payload_rename(name: str) -> str:
     # Without the leading underscore it no longer matches any reserved name, in any case.
     return name.lstrip("_")
+
+
+def _unnamed_field(f: pa.Field, path: str = "") -> str | None:
+    """Where ``f`` (or a struct field nested in it, through lists and maps) has an empty name, or None."""
+    where = f"{path}.{f.name}" if path else f.name
+    if not f.name:
+        return f"struct field {path + '.<empty>'!r}" if path else "a column"
+    t = f.type
+    if pa.types.is_struct(t):
+        return next((u for i in range(t.num_fields) if (u := _unnamed_field(t.field(i), where))), None)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _unnamed_field(pa.field("element", t.value_type), where)
+    if pa.types.is_map(t):
+        return _unnamed_field(pa.field("value", t.item_type), where)
+    return None
 
 
 def _same_storage(incoming: pa.DataType, reserved: pa.DataType) -> bool:

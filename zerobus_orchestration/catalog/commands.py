@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from zerobus_orchestration.catalog.base import DesiredTable, TableCatalog, TableTags
 from zerobus_orchestration.config import CatalogBackend, Role, ZerobusConfig
-from zerobus_orchestration.errors import ConfigError, PlanRefusedError
+from zerobus_orchestration.errors import ConfigError, PlanRefusedError, PreconditionsUnmetError
 from zerobus_orchestration.storage import config_storage_options
 
 
@@ -84,7 +84,10 @@ def run_plan(
     contract_object: str | None = None,
     role: Role | None = None,
     apply: bool = False,
+    repair: bool = False,
 ) -> CommandResult:
+    """``repair``: the operator's explicit request to set the primary-raw properties on an existing table
+    (reconcile never sets a drifted one back on its own; without it an unmet condition exits 1)."""
     from zerobus_orchestration.contracts import descriptions_from_contract
 
     catalog = catalog_from_config(cfg)
@@ -103,11 +106,16 @@ def run_plan(
         tags=tags,
         allow_widening=cfg.catalog.allow_widening,
         comment_policy=cfg.catalog.comment_policy,
+        repair=repair,
     )
     the_plan = _plan_of(catalog, table, desired)
     summary: dict[str, Any] = {"table": table, "plan": the_plan.to_dict(), "applied": False}
     if the_plan.refusals:
         return CommandResult(summary, str(the_plan), 1)
+    drift = None if repair else _unmet_on_live(catalog, table, desired.role)
+    if drift is not None:
+        summary.update(unmet=list(drift.unmet), error=str(drift))
+        return CommandResult(summary, f"{the_plan}\n{drift}", 1)
     if not apply:
         return CommandResult(summary, str(the_plan), 0)
     try:
@@ -117,7 +125,25 @@ def run_plan(
         return CommandResult(summary, str(exc), 1)
     summary.update(applied=outcome.applied, version=outcome.version_after, plan=outcome.plan.to_dict())
     human = str(outcome.plan) + ("\napplied" if outcome.applied else "")
+    left = _unmet_on_live(catalog, table, desired.role) if repair else None
+    if left is not None:  # e.g. deletion vectors already written: properties alone cannot purge them
+        summary.update(unmet=list(left.unmet), error=str(left))
+        return CommandResult(summary, f"{human}\n{left}", 1)
     return CommandResult(summary, human, 0)
+
+
+def _unmet_on_live(catalog: TableCatalog, table: str, role: Role) -> PreconditionsUnmetError | None:
+    """The refusal a write would meet on the existing primary-raw ``table`` (``None``: none, or absent)."""
+    from zerobus_orchestration.preconditions import primary_raw_conditions, require_conditions
+
+    live = catalog.describe(table) if role is Role.PRIMARY_RAW else None
+    if live is None:
+        return None  # absent: the plan creates it with the properties
+    try:
+        require_conditions(table, primary_raw_conditions(live, table))
+    except PreconditionsUnmetError as exc:
+        return exc
+    return None
 
 
 def _plan_of(catalog: TableCatalog, table: str, desired: DesiredTable) -> Any:

@@ -4,15 +4,20 @@ Lossless differences are cast (uint8 into SMALLINT, int32 into BIGINT, dictionar
 large/view strings and binaries, float32 into DOUBLE, decimal precision increases, date64 into DATE,
 timestamps to microseconds when no sub-microsecond precision is lost, all-null columns). Everything else
 raises ``WriteBoundaryError`` naming table, column, incoming and declared type, and the fix; a batch
-with any failing column is refused whole, so nothing of it is sent.
+with any failing column is refused whole, so nothing of it is sent. That includes DATE/TIMESTAMP values
+outside 0001-01-01 .. 9999-12-31 (``out_of_range``), which Arrow holds but Delta and Iceberg do not: the
+message names the first such value and its row (and ``_twg_offset`` position when stamped).
 
-Each outcome is counted by ``kind`` through ``record_type_reconcile`` (``zerobus_type_reconcile_total``).
+Each outcome is counted by ``kind`` through ``record_type_reconcile`` (``zerobus_type_reconcile_total``);
+a type mismatch no cast can bridge (``UNRECONCILABLE``) is also counted per column in
+``zerobus_type_unreconcilable_total`` and logged at ERROR (``record_unreconcilable``).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
@@ -23,10 +28,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from zerobus_orchestration.errors import UnsupportedType, WriteBoundaryError
+from zerobus_orchestration.reserved import OFFSET
 from zerobus_orchestration.types import arrow_storage_type, can_widen_to, delta_type
 
 if TYPE_CHECKING:
     from zerobus_orchestration.metrics import SinkMetrics
+
+log = logging.getLogger(__name__)
 
 # Failure kinds.
 NESTED_INTO_STRING = "nested_into_string"
@@ -40,6 +48,7 @@ TYPE_MISMATCH = "type_mismatch"
 UNKNOWN_COLUMN = "unknown_column"
 MISSING_NOT_NULL = "missing_not_null"
 NULL_INTO_NOT_NULL = "null_into_not_null"
+OUT_OF_RANGE = "out_of_range"  # a DATE/TIMESTAMP outside 0001-01-01 .. 9999-12-31
 UNSUPPORTED = "unsupported_type"
 # Cast kinds (lossless, counted but not refused).
 CAST_UNSIGNED = "cast_unsigned"
@@ -50,6 +59,28 @@ CAST_TIMESTAMP = "cast_timestamp"
 CAST_FLOAT = "cast_float"
 CAST_DECIMAL = "cast_decimal"
 CAST_NULL = "cast_null"
+
+
+# Type mismatches no cast can bridge: the producer must change (``to_json``, an explicit zone, ...).
+# Counted again, per column, in ``zerobus_type_unreconcilable_total`` and logged at ERROR; value
+# problems (overflow, nulls, out-of-range dates) and missing/unknown columns are not type mismatches.
+UNRECONCILABLE = frozenset(
+    {NESTED_INTO_STRING, TZ_AWARE_INTO_NTZ, NAIVE_INTO_TZ, TYPE_MISMATCH, LOSSY, UNSUPPORTED}
+)
+
+
+def record_unreconcilable(
+    kind: str, *, table: str, column: str, message: str, metrics: SinkMetrics | None = None
+) -> None:
+    """Count and log one refused column as ``zerobus_type_unreconcilable_total{table, column, kind}``."""
+    log.error("write refused, unreconcilable type mismatch (%s): %s", kind, message)
+    if metrics is None:
+        try:
+            from zerobus_orchestration.metrics import default_metrics
+        except ImportError:  # metrics are optional for the catalog layer
+            return
+        metrics = default_metrics()
+    metrics.type_unreconcilable.labels(table=table, column=column, kind=kind).inc()
 
 
 def record_type_reconcile(kind: str, *, table: str = "", metrics: SinkMetrics | None = None) -> None:
@@ -153,9 +184,17 @@ def _cast_kind(incoming: pa.DataType, declared: pa.DataType) -> str:
 class _Column:
     """Decides one column: returns the cast array or a problem."""
 
-    def __init__(self, table: str, name: str, values: pa.Array, declared: pa.Field) -> None:
+    def __init__(
+        self,
+        table: str,
+        name: str,
+        values: pa.Array,
+        declared: pa.Field,
+        batch_offsets: pa.Array | None = None,
+    ) -> None:
         self.table, self.name, self.values, self.declared = table, name, values, declared
         self.incoming: pa.DataType = values.type
+        self.batch_offsets = batch_offsets
 
     def problem(self, kind: str, what: str, fix: str) -> _Problem:
         message = (
@@ -177,6 +216,9 @@ class _Column:
                     "fill or filter the nulls before writing",
                 ),
             )
+        out_of_range = self._temporal_range_problem()
+        if out_of_range is not None:
+            return None, None, out_of_range
         if incoming == declared:
             return self.values, None, None
         if pa.types.is_null(incoming):
@@ -205,6 +247,43 @@ class _Column:
                 f"cast the column to {declared} explicitly, or declare a {delta_type(storage)} column",
             ),
         )
+
+    def _temporal_range_problem(self) -> _Problem | None:
+        """A DATE/TIMESTAMP value Delta and Iceberg cannot hold (vectorised: one min/max per column).
+
+        Delta dates and timestamps span 0001-01-01 .. 9999-12-31 (UTC for TIMESTAMP) and so do Iceberg's
+        readers; Arrow's span is far wider. Such a value would be acknowledged and then never commit.
+        """
+        bounds = _temporal_bounds(self.incoming)
+        if (
+            bounds is None
+            or not _is_temporal(self.declared.type)
+            or len(self.values) == self.values.null_count
+        ):
+            return None
+        low, high, unit = bounds
+        raw = self.values.view(pa.int32() if pa.types.is_date32(self.incoming) else pa.int64())
+        extremes = pc.min_max(raw)
+        if extremes["min"].as_py() >= low and extremes["max"].as_py() <= high:
+            return None
+        outside = pc.or_(pc.less(raw, low), pc.greater(raw, high))
+        row = pc.index(outside, True).as_py()
+        value = raw[row].as_py()
+        count = pc.sum(outside).as_py()
+        return self.problem(
+            OUT_OF_RANGE,
+            f"{count} value(s) outside 0001-01-01 .. 9999-12-31, which Delta and Iceberg hold; the first at "
+            f"row {row} of the batch{self._position_of(row)} is {_render_temporal(value, unit)}",
+            "filter or correct those rows (e.g. clamp or null them) before writing",
+        )
+
+    def _position_of(self, row: int) -> str:
+        # The sink stamps ``_twg_offset`` before the guard runs: the row's position within the write.
+        offsets = self.batch_offsets
+        if offsets is None:
+            return ""
+        position = offsets[row].as_py()
+        return "" if position is None else f" (row position {position})"
 
     def _shape_problem(self, incoming: pa.DataType, declared: pa.DataType) -> _Problem | None:
         if pa.types.is_string(declared) and pa.types.is_nested(incoming):
@@ -265,6 +344,36 @@ class _Column:
             )
 
 
+_DAY_S = 86_400
+_MIN_DAY = -719_162  # 0001-01-01 in days since 1970-01-01
+_MAX_DAY = 2_932_896  # 9999-12-31
+_UNIT_PER_S = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def _is_temporal(t: pa.DataType) -> bool:
+    return bool(pa.types.is_date(t) or pa.types.is_timestamp(t))
+
+
+def _temporal_bounds(t: pa.DataType) -> tuple[int, int, str] | None:
+    """(lowest, highest) storage value Delta/Iceberg hold for ``t``, and its unit; None if not temporal."""
+    if pa.types.is_date32(t):
+        return _MIN_DAY, _MAX_DAY, "d"
+    if pa.types.is_date64(t):
+        return _MIN_DAY * _DAY_S * 1_000, (_MAX_DAY + 1) * _DAY_S * 1_000 - 1, "ms"
+    if pa.types.is_timestamp(t):
+        per_s = _UNIT_PER_S[t.unit]
+        return _MIN_DAY * _DAY_S * per_s, (_MAX_DAY + 1) * _DAY_S * per_s - 1, t.unit
+    return None
+
+
+def _render_temporal(value: int, unit: str) -> str:
+    """A value Python's datetime cannot represent, as its raw count and the (approximate) year."""
+    days = value if unit == "d" else value / (_UNIT_PER_S[unit] * _DAY_S)
+    year = 1970 + int(days // 365.2425)
+    name = {"d": "days", "s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
+    return f"{value} {name[unit]} from 1970-01-01 (about year {year})"
+
+
 def _safe_delta(t: pa.DataType) -> str:
     try:
         return delta_type(t)
@@ -299,6 +408,8 @@ def check_batch(
     problems: list[_Problem] = []
     casts: list[str] = []
     incoming_names = set(batch.schema.names)
+    offset_index = batch.schema.get_field_index(OFFSET)
+    offsets = batch.column(offset_index) if offset_index >= 0 else None
     for name in batch.schema.names:
         if target.get_field_index(name) < 0:
             problems.append(
@@ -325,7 +436,7 @@ def check_batch(
                 )
             continue
         values = batch.column(batch.schema.get_field_index(declared.name))
-        cast, kind, problem = _Column(table, declared.name, values, declared).decide()
+        cast, kind, problem = _Column(table, declared.name, values, declared, offsets).decide()
         if problem is not None:
             problems.append(problem)
             continue
@@ -337,6 +448,11 @@ def check_batch(
     if problems:
         for kind in dict.fromkeys(p.kind for p in problems):  # counted once per batch and kind
             record_type_reconcile(kind, table=table, metrics=metrics)
+        for p in problems:  # one problem per column, so once per batch, column and kind
+            if p.kind in UNRECONCILABLE:
+                record_unreconcilable(
+                    p.kind, table=table, column=p.column, message=p.message, metrics=metrics
+                )
         first = problems[0]
         message = first.message
         if len(problems) > 1:

@@ -8,8 +8,9 @@ name, location, role, emulated capabilities and the sinks writing to the table. 
 delta-rs limits shape the execution (reference §1):
 - ``WidenColumn`` is refused: delta-rs has no type widening. ``plan`` already turns it into a ``Refuse``
   step, so ``zerobus-orch plan`` shows the refusal that ``reconcile`` would raise.
-- a ``primary_raw`` table gets the UniForm keys as inert properties and deletion vectors off; column
-  mapping and UniForm are reported as *emulated* (real column mapping would stop schema evolution).
+- a ``primary_raw`` table is created with the UniForm keys as inert properties and deletion vectors
+  off (set again on a live table only on an explicit repair, ``DesiredTable.repair``); column mapping
+  and UniForm are reported as *emulated* (real column mapping would stop schema evolution).
 - delta-rs commits even no-op metadata changes, so only the plan's (already diffed) steps run and an
   empty plan touches nothing.
 """
@@ -61,7 +62,7 @@ from zerobus_orchestration.errors import (
     UnsupportedType,
     ZerobusOrchestrationError,
 )
-from zerobus_orchestration.tables import TableName, table_uri, zerobus_dir
+from zerobus_orchestration.tables import TableName, check_embedded_storage, table_uri, zerobus_dir
 from zerobus_orchestration.types import delta_json_type
 
 REGISTRY_FILE = "catalog.sqlite"
@@ -156,16 +157,10 @@ class LocalCatalog:
     # --- TableCatalog ---------------------------------------------------------------------------
 
     def location(self, table: str) -> str:
+        """The table's folder; a name whose folders cannot exist is refused here, before any DDL."""
         name = TableName.parse(table)
-        uri = table_uri(self.warehouse, name)
-        if "%" in uri[len(self.warehouse.rstrip("/")) :]:
-            # delta-rs decodes percent-escapes in local paths on read but not on write (verified with
-            # deltalake 1.6.6), so such a table could be created and then never opened again.
-            raise ConfigError(
-                f"table name {table!r}: the local backend needs catalog, schema and table names made of "
-                "letters, digits, '_', '-' and '.' (Zerobus itself accepts only [A-Za-z0-9_]); rename it"
-            )
-        return uri
+        check_embedded_storage(name)
+        return table_uri(self.warehouse, name)
 
     def describe(self, table: str) -> TableState | None:
         from deltalake import DeltaTable
@@ -283,8 +278,10 @@ class LocalCatalog:
     # --- execution ------------------------------------------------------------------------------
 
     def _effective(self, desired: DesiredTable) -> DesiredTable:
+        # Set when the table is created (or when the operator asks for a repair), never set back
+        # behind the user's back: a drifted live value is refused by the preconditions.
         if desired.role is Role.PRIMARY_RAW:
-            return desired.with_properties(primary_raw_properties(real_column_mapping=False))
+            return desired.with_role_properties(primary_raw_properties(real_column_mapping=False))
         return desired
 
     def _execute(self, full_name: str, the_plan: ReconcilePlan) -> None:

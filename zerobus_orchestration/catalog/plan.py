@@ -16,6 +16,9 @@ Rules:
 - comments follow ``contracts.py``: rewritten only when the description's hash changed; a human edit
   is kept and reported (``RESPECT``) or overwritten (``RESTORE``);
 - desired properties that differ from the live ones are set; other live properties are left alone.
+  Creation-only properties (``DesiredTable.create_properties``: a role's required properties, the
+  ``twg.source`` stamp) are declared by ``CreateTable`` and never diffed against a live table, so a
+  primary-raw property flipped under a running pipeline is refused by the preconditions, not set back.
 """
 
 from __future__ import annotations
@@ -382,7 +385,7 @@ def _plan_create(desired: DesiredTable) -> ReconcilePlan:
         columns.append(ColumnDef(col.name, delta_type(storage), storage, col.nullable, comment))
     if refusals:
         return ReconcilePlan(table, tuple(refusals))
-    return ReconcilePlan(table, (CreateTable(table, tuple(columns), dict(desired.properties)),))
+    return ReconcilePlan(table, (CreateTable(table, tuple(columns), desired.creation_properties()),))
 
 
 def _plan_type(

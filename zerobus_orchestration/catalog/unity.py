@@ -8,6 +8,8 @@
   one statement at a time through the SQL Statement Execution API on ``sql_warehouse_id``. A failed
   statement does not raise in the SDK: each final state is checked, PENDING/RUNNING is polled, and a
   failure raises ``StatementFailedError`` naming the statement, the error and what had already run.
+  The primary-raw properties are declared at CREATE only (or on an explicit repair): a live table
+  whose properties drifted is refused by the preconditions, never set back.
   A column or nested field name Delta accepts only with column mapping (space , ; { } ( ) newline
   tab =) gets the table ``delta.columnMapping.mode`` = ``name``, whatever its role: at CREATE, or as a
   step run ahead of ``ADD COLUMNS`` on a live table without it; a mode the caller pinned otherwise is
@@ -357,7 +359,9 @@ class UnityCatalog:
 
     def _plan_against(self, live: TableState | None, desired: DesiredTable) -> ReconcilePlan:
         if desired.role is Role.PRIMARY_RAW:
-            desired = desired.with_properties(primary_raw_properties(real_column_mapping=True))
+            # At CREATE (or on an explicit repair) only: a drifted live value is refused by the
+            # preconditions, never set back behind the user's back.
+            desired = desired.with_role_properties(primary_raw_properties(real_column_mapping=True))
         allow_widening = desired.allow_widening or self._allow_widening
         steps = plan(live, desired, allow_widening=allow_widening)
         needing = names_needing_column_mapping(steps.steps)

@@ -1,10 +1,10 @@
 """The advertisement of a shared (daemon) emulator: where it serves, written once it does.
 
-``<state>/emulator.json`` is written atomically by the daemon after it serves and removed when it stops;
-clients trust it only while the pid is alive AND ``GET /_emulator/health`` answers (a crashed daemon
-leaves a stale file, and a pid can be reused). ``<state>/emulator.lock`` serialises starters with the
-daemon's own shutdown, so a client never picks a daemon that is going away; ``<state>/emulator.log``
-holds every daemon's output.
+``<state>/emulator.json`` is written atomically (owner-only) by the daemon after it serves and removed
+when it stops; clients trust it only while the pid is alive AND ``GET /_emulator/health`` answers (a
+crashed daemon leaves a stale file, and a pid can be reused). ``<state>/emulator.lock`` serialises
+starters with the daemon's own shutdown, so a client never picks a daemon that is going away;
+``<state>/emulator.log`` holds every daemon's output.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from zerobus_orchestration.config import EmulatorConfig
+from zerobus_orchestration.emulator.private import open_private
 
 ADVERT_FILE = "emulator.json"
 LOCK_FILE = "emulator.lock"
@@ -76,7 +77,7 @@ def emulator_settings_digest(config: EmulatorConfig) -> str:
 def write_advertisement(path: Path, advert: Advertisement) -> None:
     """Atomically: readers see the whole file or none (temporary file, fsync, rename)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with open(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w", encoding="utf-8") as fh:
         json.dump(advert.as_dict(), fh)
         fh.flush()
         os.fsync(fh.fileno())
@@ -115,9 +116,21 @@ def pid_alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
-def http_json(url: str, *, method: str = "GET", timeout_s: float = 5.0) -> tuple[int, dict[str, Any]]:
-    """One request to the emulator's HTTP side (proxies bypassed); status and decoded JSON body."""
-    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+def http_json(
+    url: str,
+    *,
+    method: str = "GET",
+    timeout_s: float = 5.0,
+    authorization: str | None = None,
+    body: bytes | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """One request to the emulator's HTTP side (proxies bypassed); status and decoded JSON body.
+
+    ``authorization`` is the ``Authorization`` header value (the control routes require one)."""
+    data = body if body is not None else (b"" if method == "POST" else None)
+    request = urllib.request.Request(url, method=method, data=data)
+    if authorization is not None:
+        request.add_header("Authorization", authorization)
     try:
         with _NO_PROXY.open(request, timeout=timeout_s) as response:
             return int(response.status), json.loads(response.read() or b"{}")
@@ -151,7 +164,7 @@ class StartLock:
 
     def acquire(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the lock; False when it stayed taken."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_private(self.path, os.O_RDWR)
         deadline = time.monotonic() + timeout_s
         while True:
             try:

@@ -1,10 +1,9 @@
 """OAuth client-credentials tokens for the emulator, scoped to tables like the Databricks ones.
 
 The SDK posts to ``<unity_catalog_url>/oidc/v1/token`` with HTTP Basic client credentials and an
-``authorization_details`` JSON list whose ``TABLE`` entry names the table it will write
-(reference/zerobus-protocol.md §4.1). A token from a request without table details is a workspace
-token: it may write any table. Tokens live in memory only: a restarted emulator forgets them, and the
-SDK fetches a new one after the UNAUTHENTICATED answer.
+``authorization_details`` JSON list whose ``TABLE`` entry names the table it will write. A token from
+a request without table details is a workspace token: it may write any table. Tokens live in memory
+only: a restarted emulator forgets them, and the SDK fetches a new one after the UNAUTHENTICATED answer.
 """
 
 from __future__ import annotations
@@ -74,6 +73,8 @@ class TokenIssuer:
         expires = time.monotonic() + (self._ttl_s if ttl_s is None else ttl_s)
         scope = None if tables is None else frozenset(t.lower() for t in tables)
         with self._lock:
+            now = time.monotonic()  # forget expired tokens, so a long-lived emulator does not grow
+            self._tokens = {k: v for k, v in self._tokens.items() if v.expires_at > now}
             self._tokens[token] = IssuedToken(scope, expires)
         return token
 
@@ -104,6 +105,21 @@ class TokenIssuer:
         good_secret = hmac.compare_digest(secret.encode(), self._client_secret.get_secret_value().encode())
         if not (good_id and good_secret):
             raise TokenRequestError(401, "invalid_client", "unknown client id or wrong secret")
+
+    def check_http(self, authorization: str | None) -> None:
+        """Admit an HTTP request (control routes, Iceberg REST): a live bearer token this emulator
+        issued, or HTTP Basic client credentials. Raises ``TokenRequestError`` (401) otherwise."""
+        if authorization and authorization.lower().startswith("basic "):
+            self._check_client(authorization)
+            return
+        if not authorization or not authorization.lower().startswith("bearer "):
+            raise TokenRequestError(
+                401, "unauthorized", "credentials required: Authorization: Bearer <token> or Basic client"
+            )
+        with self._lock:
+            issued = self._tokens.get(authorization[7:].strip())
+        if issued is None or issued.expires_at <= time.monotonic():
+            raise TokenRequestError(401, "unauthorized", "unknown or expired bearer token")
 
     def authorize(self, authorization: str | None, table: str) -> None:
         """Raise ``AuthFailure`` unless ``authorization`` is a live token allowed to write ``table``."""

@@ -33,11 +33,13 @@ from zerobus_orchestration.emulator.advert import (
     remove_advertisement,
     write_advertisement,
 )
-from zerobus_orchestration.emulator.server import Emulator
+from zerobus_orchestration.emulator.private import private_dir
+from zerobus_orchestration.emulator.server import Emulator, EmulatorError
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_LOCK_WAIT_S = 10.0  # a starter holds the lock only to check or start; never this long
+PREFER_PORTS_FLAG = "--prefer-ports"  # "GRPC,HTTP": a dead predecessor's ports, tried before free ones
 
 
 def state_dir(config: ZerobusConfig) -> Path:
@@ -68,12 +70,16 @@ def config_for_daemon(config: ZerobusConfig) -> str:
     return json.dumps(data, default=str)
 
 
-def run_daemon(config: ZerobusConfig, *, as_json: bool = False) -> int:
-    """Serve ``config.warehouse`` until idle or signalled; the process exit code."""
-    from zerobus_orchestration.runtime import _build_credentials, start_in_process_emulator
+def run_daemon(
+    config: ZerobusConfig, *, as_json: bool = False, prefer_ports: tuple[int, int] | None = None
+) -> int:
+    """Serve ``config.warehouse`` until idle or signalled; the process exit code.
 
+    ``prefer_ports`` (gRPC, HTTP): serve there if they are free and the config fixes no ports, so the
+    clients of a daemon that died, whose SDK streams keep retrying its address, reconnect to this one.
+    """
     paths = daemon_paths(config)
-    paths.state.mkdir(parents=True, exist_ok=True)
+    private_dir(paths.state)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -83,7 +89,7 @@ def run_daemon(config: ZerobusConfig, *, as_json: bool = False) -> int:
     signal.signal(signal.SIGINT, on_signal)
     log.info("zerobus emulator daemon %d starting for %s", os.getpid(), config.warehouse)
     try:
-        emulator = start_in_process_emulator(config, _build_credentials(config))
+        emulator = _start_emulator(config, prefer_ports)
     except Exception:
         log.exception("zerobus emulator daemon %d could not start", os.getpid())
         return 1
@@ -116,6 +122,21 @@ def run_daemon(config: ZerobusConfig, *, as_json: bool = False) -> int:
             lock.release()
     log.info("zerobus emulator daemon %d stopped; write-ahead log committed", advert.pid)
     return 0
+
+
+def _start_emulator(config: ZerobusConfig, prefer_ports: tuple[int, int] | None) -> Emulator:
+    from zerobus_orchestration.runtime import _build_credentials, start_in_process_emulator
+
+    credentials = _build_credentials(config)
+    fixed = config.emulator.port or config.emulator.token_port
+    if prefer_ports is not None and not fixed:
+        port, token_port = prefer_ports
+        emulator = config.emulator.model_copy(update={"port": port, "token_port": token_port})
+        try:
+            return start_in_process_emulator(config.model_copy(update={"emulator": emulator}), credentials)
+        except (EmulatorError, OSError) as exc:  # taken meanwhile: any free port will do
+            log.warning("could not serve on the previous daemon's ports %s: %s", prefer_ports, exc)
+    return start_in_process_emulator(config, credentials)
 
 
 def _serve(emulator: Emulator, stop: threading.Event, lock: StartLock, idle_shutdown_s: float) -> str:

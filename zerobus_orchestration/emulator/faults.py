@@ -2,7 +2,7 @@
 
 Every fault fires on at most ``streams`` stream connections (default one) and is then spent. Failing
 every fresh connection would drive the official SDK into its reconnect hot loop (the retry budget
-resets after each successful reopen, reference/zerobus-protocol.md §6.2), so open-ended faults are
+resets after each successful reopen), so open-ended faults are
 deliberately not expressible.
 
 Kinds, each counted from the stream's accepted batches (``after_batches``):
@@ -19,12 +19,18 @@ Kinds, each counted from the stream's accepted batches (``after_batches``):
 Faults come from code (``Emulator.faults.add(FaultSpec(...))``), from a JSON file
 (``zerobus-orch serve --faults faults.json``, a list of objects with these fields), from the TOML config
 file (``[[zerobus_emulator_faults]]`` tables beside ``[zerobus]``, read by ``serve --config``) or over
-HTTP (``POST /_emulator/faults`` with one such object).
+HTTP (``POST /_emulator/faults`` with one such object, accepted only when the emulator was started with
+``emulator.faults_enabled``: the HTTP port is reachable by every local user).
+
+Every fault is recorded when it acts, not only when it is handed to a stream: ``acted`` (the spec, once
+per action) and ``actions`` (what it did: which stream, which batch, which ack was withheld or delayed),
+so a fault test can prove the fault happened. Each action is also logged.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import tomllib
 from dataclasses import dataclass
@@ -65,6 +71,7 @@ class FaultSpec(BaseModel):
 
 
 _SPECS = TypeAdapter(list[FaultSpec])
+log = logging.getLogger(__name__)
 
 
 TOML_KEY = "zerobus_emulator_faults"
@@ -85,6 +92,16 @@ def load_faults(path: str | Path) -> list[FaultSpec]:
     return _SPECS.validate_python(raw)
 
 
+@dataclass(frozen=True)
+class FaultAction:
+    """One time a fault took effect: on which table and stream, and what it did."""
+
+    spec: FaultSpec
+    table: str
+    stream_id: str
+    detail: str  # e.g. "withheld the ack of batch 3 (wire offset 2)"
+
+
 @dataclass
 class _Armed:
     spec: FaultSpec
@@ -94,7 +111,10 @@ class _Armed:
 class FaultInjector:
     """Holds armed faults and hands each new stream the ones it must suffer."""
 
-    def __init__(self, specs: list[FaultSpec] | None = None) -> None:
+    def __init__(self, specs: list[FaultSpec] | None = None, *, enabled: bool = False) -> None:
+        """``enabled``: faults may also be armed remotely (``POST /_emulator/faults``); faults given in
+        code or on the command line are armed either way (whoever starts the process chose them)."""
+        self.enabled = enabled
         self._lock = threading.Lock()
         self._armed: list[_Armed] = []
         # ``fired``: handed to a stream at open (it may never act, e.g. the client sends too few
@@ -102,6 +122,7 @@ class FaultInjector:
         # must prove a fault happened assert on ``acted``.
         self.fired: list[FaultSpec] = []
         self.acted: list[FaultSpec] = []
+        self.actions: list[FaultAction] = []
         for spec in specs or []:
             self.add(spec)
 
@@ -114,9 +135,18 @@ class FaultInjector:
         with self._lock:
             self._armed.clear()
 
-    def record_acted(self, spec: FaultSpec) -> None:
+    def record_acted(self, spec: FaultSpec, table: str = "", stream_id: str = "", detail: str = "") -> None:
+        """``spec`` took effect (called where it acts: status sent, signal sent, ack withheld...)."""
+        action = FaultAction(spec, table, stream_id, detail or spec.kind.value)
         with self._lock:
             self.acted.append(spec)
+            self.actions.append(action)
+        log.info("injected fault %s acted on %s (stream %s): %s", spec.kind, table, stream_id, action.detail)
+
+    def actions_of(self, kind: FaultKind) -> list[FaultAction]:
+        """Every recorded action of faults of ``kind``, oldest first."""
+        with self._lock:
+            return [a for a in self.actions if a.spec.kind is kind]
 
     def pending(self) -> list[FaultSpec]:
         with self._lock:

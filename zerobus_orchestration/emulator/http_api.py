@@ -4,8 +4,14 @@ Routes:
 * ``POST /oidc/v1/token``: OAuth client credentials (what the SDK calls as ``unity_catalog_url``).
 * ``/api/2.1/unity-catalog/iceberg-rest...``: delegated to ``IcebergRestFacade.handle`` (JSON).
 * ``GET /_emulator/health``; ``POST /_emulator/materialize?table=c.s.t`` (commit the WAL now, all tables
-  without ``table``); ``POST /_emulator/faults`` (body: one fault object, see faults.py). Test hooks for
-  an emulator running in another process.
+  without ``table``); ``GET /_emulator/status`` (failed tables and their causes); ``POST
+  /_emulator/faults`` (body: one fault object, see faults.py). Test hooks for an emulator running in
+  another process.
+
+The ports are on loopback, reachable by every local user: everything but the token endpoint and the
+health check needs a credential (a bearer token this emulator issued, or HTTP Basic client
+credentials), and faults are armed over HTTP only when the emulator was started with
+``emulator.faults_enabled``.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ log = logging.getLogger(__name__)
 
 TOKEN_PATH = "/oidc/v1/token"
 ICEBERG_REST_PREFIX = "/api/2.1/unity-catalog/iceberg-rest"
+HEALTH_PATH = "/_emulator/health"
+STATUS_PATH = "/_emulator/status"
 
 
 class IcebergRest(Protocol):
@@ -43,6 +51,8 @@ class HttpBackend(Protocol):
     def materialize_for_http(self, table: str | None) -> dict[str, Any]: ...
 
     def note_activity(self) -> None: ...
+
+    def failed_tables(self) -> dict[str, dict[str, Any]]: ...
 
 
 def make_http_server(host: str, port: int, backend: HttpBackend) -> ThreadingHTTPServer:
@@ -92,6 +102,14 @@ def make_http_server(host: str, port: int, backend: HttpBackend) -> ThreadingHTT
                     return 200, backend.issuer.token_response(self.headers.get("Authorization"), body)
                 except TokenRequestError as exc:
                     return exc.status, exc.body
+            if path == HEALTH_PATH:
+                return 200, {"status": "ok"}
+            try:
+                backend.issuer.check_http(self.headers.get("Authorization"))
+            except TokenRequestError as exc:
+                return exc.status, {
+                    "error": {"message": str(exc), "type": "NotAuthorizedException", "code": exc.status}
+                }
             if path == ICEBERG_REST_PREFIX or path.startswith(ICEBERG_REST_PREFIX + "/"):
                 facade = backend.iceberg_rest()
                 if facade is None:
@@ -101,12 +119,18 @@ def make_http_server(host: str, port: int, backend: HttpBackend) -> ThreadingHTT
                     }
                 headers = {k: v for k, v in self.headers.items()}
                 return facade.handle(method, path, query, headers, body)
-            if path == "/_emulator/health":
-                return 200, {"status": "ok"}
             if path == "/_emulator/materialize" and method == "POST":
                 table = query.get("table", [None])[-1]
                 return 200, backend.materialize_for_http(table)
+            if path == STATUS_PATH and method == "GET":  # failed tables and their causes (table_health.py)
+                return 200, {"failed_tables": backend.failed_tables()}
             if path == "/_emulator/faults" and method == "POST":
+                if not backend.faults.enabled:
+                    message = (
+                        "fault injection is disabled on this emulator: start it with "
+                        "zerobus.emulator.faults_enabled = true (tests only)"
+                    )
+                    return 403, {"error": {"message": message, "type": "ForbiddenException", "code": 403}}
                 try:
                     spec = backend.faults.add(FaultSpec.model_validate_json(body))
                 except ValidationError as exc:

@@ -16,7 +16,10 @@ fields ``list.item`` / ``entries.key``, pyiceberg's statistics mapping expects `
 code path for appends and for overwrites.
 
 One background thread per mirror handles every watched table. A failed conversion is logged, counted
-and retried with backoff; it never ends the thread.
+and retried with backoff; it never ends the thread. A conversion that fails on the data itself (a
+timestamp beyond year 9999 in a Parquet file's statistics, a partitioned table), or keeps failing,
+marks that table failed (``failures``): it is retried only once Delta moves past the failed version,
+and the other tables keep being mirrored.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ _COMMIT_ATTEMPTS: Final = 5
 _ERROR_BACKOFF_INITIAL_S: Final = 0.5
 _ERROR_BACKOFF_MAX_S: Final = 30.0
 _IDLE_WAKEUP_S: Final = 1.0
+_MAX_CONSECUTIVE_ERRORS: Final = 8  # then the table is marked failed instead of retried forever
 
 # object_store (delta-rs) storage option -> pyiceberg FileIO property, for S3 warehouses.
 _STORAGE_TO_ICEBERG: Final = {
@@ -204,6 +208,8 @@ class _TableState:
     consecutive_errors: int = 0
     retry_at: float | None = None
     last_error: str | None = None
+    failed: str | None = None  # why the mirror gave up on ``failed_version`` (cleared by a success)
+    failed_version: int = -1
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -307,6 +313,24 @@ class IcebergMirror:
     def error_count(self, full_name: str) -> int:
         """How many conversions of ``full_name`` failed since the mirror started."""
         return self._state(full_name).error_count
+
+    def failures(self) -> dict[str, dict[str, Any]]:
+        """Tables the mirror gave up on, with the cause and the Delta version it could not convert."""
+        with self._lock:
+            return {
+                name.full_name: {
+                    "cause": state.failed,
+                    "delta_version": state.failed_version,
+                    "converted_version": state.converted,
+                    "message": (
+                        f"the Iceberg mirror of {name.full_name} is failed at Delta version "
+                        f"{state.failed_version} ({state.failed}); it is retried once Delta moves past it, "
+                        "every other table is still mirrored"
+                    ),
+                }
+                for name, state in self._tables.items()
+                if state.failed is not None
+            }
 
     def watched(self) -> list[str]:
         with self._lock:
@@ -435,7 +459,9 @@ class IcebergMirror:
                     continue
                 target = max(due_versions)
                 state.pending = [(due, v) for due, v in state.pending if v > target]
-                if target > state.converted:
+                if target > state.converted and not (
+                    state.failed is not None and target <= state.failed_version
+                ):
                     work.append((state, target))
         return work
 
@@ -443,7 +469,14 @@ class IcebergMirror:
         try:
             self._convert(state, version)
         except Exception as exc:
-            self._record_error(state, exc)
+            self._record_error(state, exc, traceback=state.consecutive_errors == 0)
+            if _is_data_error(exc) or state.consecutive_errors >= _MAX_CONSECUTIVE_ERRORS:
+                with self._lock:
+                    state.failed = state.last_error
+                    state.failed_version = version
+                    state.retry_at = None
+                log.error("%s", self.failures().get(state.name.full_name, {}).get("message"))
+                return
             backoff = min(
                 _ERROR_BACKOFF_MAX_S, _ERROR_BACKOFF_INITIAL_S * 2 ** (state.consecutive_errors - 1)
             )
@@ -487,6 +520,8 @@ class IcebergMirror:
             state.last_error = None
             state.consecutive_errors = 0
             state.retry_at = None
+            state.failed = None
+            state.failed_version = -1
         return converted
 
     def _convert_once(self, state: _TableState, version: int | None) -> int:
@@ -580,6 +615,13 @@ class IcebergMirror:
             )
         except TableAlreadyExistsError:  # another process mirrored it first
             return catalog.load_table(identifier)
+
+
+def _is_data_error(exc: BaseException) -> bool:
+    """A conversion that fails on the table's data or layout, which no retry of the same version fixes."""
+    if isinstance(exc, OSError | CommitFailedException):
+        return False
+    return isinstance(exc, OverflowError | ValueError | TypeError | MirrorError | pa.ArrowException)
 
 
 def _add_action_paths(dt: DeltaTable) -> Iterable[str]:

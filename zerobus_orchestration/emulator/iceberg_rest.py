@@ -29,6 +29,7 @@ so a reader that reloads the table (read-back polls do) gets fresh keys once the
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import threading
@@ -171,7 +172,8 @@ class IcebergRestFacade:
 
     def _authorized(self, headers: Mapping[str, str]) -> bool:
         lowered = {k.lower(): v for k, v in headers.items()}
-        return lowered.get("authorization", "") == f"Bearer {self._token}"
+        given = lowered.get("authorization", "").encode()
+        return hmac.compare_digest(given, f"Bearer {self._token}".encode())  # no timing oracle
 
     # ----------------------------------------------------------------- handlers
 

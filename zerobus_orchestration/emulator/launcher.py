@@ -4,6 +4,11 @@ Under ``<state>/emulator.lock``: use the advertised daemon if its pid is alive a
 check; otherwise start ``python -m zerobus_orchestration.emulator --daemon`` detached (its own session,
 output to ``<state>/emulator.log``, the config on stdin so secrets never reach argv) and wait, bounded,
 until it advertises itself and answers. Concurrent starters queue on the lock, so one daemon starts.
+
+The client credentials are the warehouse's (``private.with_warehouse_secret``), read from the state
+folder by the daemon and its clients alike. A handle whose daemon died calls back here to replace it:
+the successor is asked to serve on the dead daemon's ports, so SDK streams that are still retrying
+reconnect to it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.emulator.advert import (
@@ -27,8 +33,9 @@ from zerobus_orchestration.emulator.advert import (
     read_advertisement,
     remove_advertisement,
 )
-from zerobus_orchestration.emulator.daemon import config_for_daemon, daemon_paths
+from zerobus_orchestration.emulator.daemon import PREFER_PORTS_FLAG, config_for_daemon, daemon_paths
 from zerobus_orchestration.emulator.handle import RemoteEmulator
+from zerobus_orchestration.emulator.private import open_private, private_dir, with_warehouse_secret
 from zerobus_orchestration.errors import ZerobusOrchestrationError
 
 log = logging.getLogger(__name__)
@@ -43,8 +50,30 @@ class EmulatorDaemonError(ZerobusOrchestrationError):
 
 def connect_daemon(config: ZerobusConfig) -> RemoteEmulator:
     """A handle on ``config.warehouse``'s shared emulator, started if none serves."""
+    config = with_warehouse_secret(config)
     paths = daemon_paths(config)
-    paths.state.mkdir(parents=True, exist_ok=True)
+    advert = find_or_start(config, paths)
+
+    def relaunch(dead: Advertisement) -> Advertisement:
+        return find_or_start(config, paths, replacing=dead)
+
+    return RemoteEmulator(
+        advert,
+        client_id=config.emulator.client_id,
+        client_secret=config.emulator.client_secret,
+        relaunch=relaunch,
+        advert_path=paths.advert,
+    )
+
+
+def find_or_start(
+    config: ZerobusConfig, paths: DaemonPaths, replacing: Advertisement | None = None
+) -> Advertisement:
+    """The live daemon's advertisement, starting one under the lock if none serves.
+
+    ``replacing``: a dead daemon; its successor is asked to serve on the same ports.
+    """
+    private_dir(paths.state)
     timeout_s = config.emulator.daemon_start_timeout_s
     lock = StartLock(paths.lock)
     # A waiting starter may queue behind one that is itself waiting for a daemon to come up.
@@ -58,18 +87,21 @@ def connect_daemon(config: ZerobusConfig) -> RemoteEmulator:
         if advert is not None and is_live(advert):
             _warn_if_settings_differ(config, advert)
             log.info("using the shared Zerobus emulator %d at %s", advert.pid, advert.endpoint)
-            return RemoteEmulator(advert)
+            return advert
         if advert is not None:
             log.warning("stale emulator advertisement (pid %d no longer serves): replacing it", advert.pid)
             remove_advertisement(paths.advert, advert.pid)
-        advert = _start(config, paths, timeout_s)
+            replacing = replacing or advert  # its clients may still be retrying its ports
+        advert = _start(config, paths, timeout_s, replacing)
     finally:
         lock.release()
     log.info("started the shared Zerobus emulator %d at %s (log %s)", advert.pid, advert.endpoint, paths.log)
-    return RemoteEmulator(advert)
+    return advert
 
 
-def _start(config: ZerobusConfig, paths: DaemonPaths, timeout_s: float) -> Advertisement:
+def _start(
+    config: ZerobusConfig, paths: DaemonPaths, timeout_s: float, replacing: Advertisement | None = None
+) -> Advertisement:
     command = [
         sys.executable,
         "-m",
@@ -80,7 +112,9 @@ def _start(config: ZerobusConfig, paths: DaemonPaths, timeout_s: float) -> Adver
         "--daemon",
         "--config-stdin",
     ]
-    with open(paths.log, "ab") as log_file:
+    if replacing is not None:
+        command += [PREFER_PORTS_FLAG, f"{_port(replacing.endpoint)},{_port(replacing.workspace_url)}"]
+    with open(open_private(paths.log, os.O_WRONLY | os.O_APPEND), "ab") as log_file:
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
         log_file.write(f"{stamp} {START_MARKER} for {config.warehouse} (by pid {os.getpid()})\n".encode())
         log_file.flush()
@@ -136,6 +170,10 @@ def _warn_if_settings_differ(config: ZerobusConfig, advert: Advertisement) -> No
             config.warehouse,
             advert.pid,
         )
+
+
+def _port(url: str) -> int:
+    return urlsplit(url).port or 0
 
 
 def _tail(path: Path) -> str:

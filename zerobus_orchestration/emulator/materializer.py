@@ -9,8 +9,11 @@ the commit replays everything acknowledged.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,14 +24,25 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 
 from zerobus_orchestration.emulator.records import batches_from_ipc
-from zerobus_orchestration.emulator.schema_check import conform
-from zerobus_orchestration.emulator.wal import TableWal
+from zerobus_orchestration.emulator.schema_check import ConformError, conform
+from zerobus_orchestration.emulator.table_health import (
+    TableFailedError,
+    TableFailure,
+    clear_marker,
+    describe,
+    is_data_error,
+    write_marker,
+)
+from zerobus_orchestration.emulator.value_check import check_values
+from zerobus_orchestration.emulator.wal import TableWal, WalEntry
 
 log = logging.getLogger(__name__)
 
 WAL_APP_ID = "zerobus-emulator-wal"
 MAX_COMMIT_BYTES = 256 * 1024 * 1024
 MAX_KEPT_ERRORS = 100
+MAX_TRANSIENT_FAILURES = 8  # then the table is marked failed instead of retried forever
+MAX_RETRY_BACKOFF_S = 60.0
 
 
 class MirrorHook(Protocol):
@@ -58,7 +72,12 @@ def committed_position(dt: DeltaTable) -> int:
 
 @dataclass
 class TableState:
-    """One target table: its Delta location, its WAL and how far the WAL is committed."""
+    """One target table: its Delta location, its WAL and how far the WAL is committed.
+
+    ``failure`` is set when a WAL record cannot be committed (the batch itself is refused) or
+    committing kept failing: the table then refuses streams and is no longer retried until repaired
+    (``quarantine``) or the emulator restarts (table_health.py).
+    """
 
     full_name: str
     uri: str
@@ -68,6 +87,9 @@ class TableState:
     storage_options: dict[str, str] | None = field(default=None, repr=False)
     lock: threading.Lock = field(default_factory=threading.Lock)
     last_delta_version: int | None = None
+    failure: TableFailure | None = None
+    transient_failures: int = 0  # consecutive commit failures that were not about the data
+    retry_at: float = 0.0  # monotonic time before which the materialiser does not retry
 
     @classmethod
     def open(
@@ -76,46 +98,171 @@ class TableState:
         dt = load_table(uri, storage_options)
         committed = committed_position(dt)
         wal = TableWal(wal_dir, committed=committed)
+        clear_marker(wal_dir)  # a failure recorded by an earlier run is found again by this run's replay
         return cls(full_name, uri, wal, committed, storage_options, last_delta_version=dt.version())
 
     def pending(self) -> int:
         return self.wal.durable_seq - self.committed
 
     def materialize(self, mirror: MirrorHook | None = None) -> int | None:
-        """Commit every durable WAL record not yet in Delta; the new Delta version, or None if idle."""
+        """Commit every durable WAL record not yet in Delta; the new Delta version, or None if idle.
+
+        A record Delta refuses marks the table failed (``TableFailedError``) after every record before
+        it is committed; any other error (storage, a conflict) is raised as is, for a later retry.
+        """
         with self.lock:
-            version: int | None = None
-            while True:
-                dt = load_table(self.uri, self.storage_options)
-                self.committed = max(self.committed, committed_position(dt))
-                entries = self.wal.read_after(self.committed, MAX_COMMIT_BYTES)
-                if not entries:
-                    break
-                target = arrow_schema(dt)
+            return self._materialize_locked(mirror)
+
+    def _materialize_locked(self, mirror: MirrorHook | None) -> int | None:
+        if self.failure is not None:
+            raise TableFailedError(self.failure)
+        version: int | None = None
+        while True:
+            dt = load_table(self.uri, self.storage_options)
+            self.committed = max(self.committed, committed_position(dt))
+            entries = self.wal.read_after(self.committed, MAX_COMMIT_BYTES)
+            if not entries:
+                return version
+            target = arrow_schema(dt)
+            good, refused = self._prepare(entries, target)
+            if good:
+                try:
+                    version = self._commit(dt, good, target, mirror)
+                except Exception as exc:
+                    if not is_data_error(exc):
+                        raise
+                    # One commit covers many records: find the one delta-rs refuses.
+                    version = self._commit_singly(good, target, mirror, exc) or version
+            if refused is not None:
+                raise self._fail(*refused)
+
+    def _prepare(
+        self, entries: list[WalEntry], target: pa.Schema
+    ) -> tuple[list[tuple[WalEntry, list[pa.RecordBatch]]], tuple[int, BaseException] | None]:
+        """The records before the first one that does not fit ``target``, and that one with its error."""
+        good: list[tuple[WalEntry, list[pa.RecordBatch]]] = []
+        for entry in entries:
+            try:
                 batches = [
                     conform(self.full_name, batch, target, fill_missing=True)
-                    for entry in entries
                     for batch in batches_from_ipc(entry.payload)
                 ]
-                data = pa.Table.from_batches(batches, schema=target)
-                last = entries[-1].seq
-                write_deltalake(
-                    dt,
-                    data,
-                    mode="append",
-                    writer_properties=WriterProperties(compression="ZSTD"),
-                    commit_properties=CommitProperties(
-                        app_transactions=[Transaction(app_id=WAL_APP_ID, version=last)]
-                    ),
-                )
-                dt = load_table(self.uri, self.storage_options)
-                version = dt.version()
-                self.committed = last
-                self.last_delta_version = version
-                self.wal.release_through(last)
-                if mirror is not None:
-                    mirror.notify(self.full_name, version)
-            return version
+                for batch in batches:
+                    check_values(self.full_name, batch)
+            except (ConformError, pa.ArrowException, ValueError) as exc:
+                return good, (entry.seq, exc)
+            good.append((entry, batches))
+        return good, None
+
+    def _commit(
+        self,
+        dt: DeltaTable,
+        records: list[tuple[WalEntry, list[pa.RecordBatch]]],
+        target: pa.Schema,
+        mirror: MirrorHook | None,
+    ) -> int:
+        data = pa.Table.from_batches([b for _, batches in records for b in batches], schema=target)
+        last = records[-1][0].seq
+        write_deltalake(
+            dt,
+            data,
+            mode="append",
+            writer_properties=WriterProperties(compression="ZSTD"),
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app_id=WAL_APP_ID, version=last)]
+            ),
+        )
+        version = load_table(self.uri, self.storage_options).version()
+        self.committed = last
+        self.last_delta_version = version
+        self.wal.release_through(last)
+        if mirror is not None:
+            mirror.notify(self.full_name, version)
+        return version
+
+    def _commit_singly(
+        self,
+        records: list[tuple[WalEntry, list[pa.RecordBatch]]],
+        target: pa.Schema,
+        mirror: MirrorHook | None,
+        first_error: BaseException,
+    ) -> int | None:
+        if len(records) == 1:
+            raise self._fail(records[0][0].seq, first_error)
+        version: int | None = None
+        for record in records:
+            try:
+                version = self._commit(load_table(self.uri, self.storage_options), [record], target, mirror)
+            except Exception as exc:
+                if not is_data_error(exc):
+                    raise
+                raise self._fail(record[0].seq, exc) from exc
+        return version
+
+    def _fail(self, seq: int, exc: BaseException) -> TableFailedError:
+        self.failure = TableFailure(self.full_name, "materialize", describe(exc), seq=seq)
+        write_marker(self.wal.directory, self.failure)
+        log.error("%s", self.failure.message())
+        return TableFailedError(self.failure)
+
+    def give_up(self, exc: BaseException) -> None:
+        """Mark the table failed after repeated non-data failures: no endless retry loop."""
+        with self.lock:
+            cause = f"committing failed {self.transient_failures} times in a row, last: {describe(exc)}"
+            head = self.committed + 1 if self.pending() > 0 else None
+            self.failure = TableFailure(self.full_name, "materialize", cause, seq=head, data_error=False)
+            write_marker(self.wal.directory, self.failure)
+        log.error("%s", self.failure.message())
+
+    def quarantine(self, dest: Path, mirror: MirrorHook | None = None) -> list[dict[str, object]]:
+        """Commit what Delta takes and move each record it refuses to ``dest`` (bytes kept); unblock.
+
+        A failure that is not about the data (storage, permissions) is raised; nothing more is moved.
+        Each refused record is written to ``dest`` (fsync'd) before it is cut from the WAL, so a crash
+        in between leaves it in both places, never in neither.
+        """
+        moved: list[dict[str, object]] = []
+        with self.lock:  # the materialiser thread waits: it must not re-fail a record being moved
+            self.failure = None
+            while True:
+                try:
+                    self._materialize_locked(mirror)
+                    break
+                except TableFailedError as exc:
+                    failure = exc.failure
+                    if failure.seq is None or not failure.data_error:
+                        raise
+                    moved.append(_quarantine_record(self.wal, failure, dest))
+                    self.failure = None
+        clear_marker(self.wal.directory)
+        return moved
+
+
+def _quarantine_record(wal: TableWal, failure: TableFailure, dest: Path) -> dict[str, object]:
+    assert failure.seq is not None
+    entry = wal.read_after(failure.seq - 1, 1)[0]
+    if entry.seq != failure.seq:
+        raise KeyError(f"WAL {wal.directory} holds no record at position {failure.seq}")
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / f"{entry.seq:020d}.arrows"  # an Arrow IPC stream: pyarrow.ipc.open_stream reads it
+    rows = sum(b.num_rows for b in batches_from_ipc(entry.payload))
+    info: dict[str, object] = {"seq": entry.seq, "file": path.name, "rows": rows, "cause": failure.cause}
+    with open(path, "wb") as fh:
+        fh.write(entry.payload)
+        fh.flush()
+        os.fsync(fh.fileno())
+    reasons = dest / f"{entry.seq:020d}.json"
+    reasons.write_text(json.dumps({"table": failure.table, **info}, indent=2), encoding="utf-8")
+    wal.excise(entry.seq)
+    log.warning(
+        "quarantined WAL position %d of %s (%d rows) to %s: %s",
+        entry.seq,
+        failure.table,
+        rows,
+        path,
+        failure.cause,
+    )
+    return info
 
 
 class Materializer:
@@ -140,14 +287,37 @@ class Materializer:
         if self._thread.is_alive():
             self._thread.join(timeout=30)
 
-    def run_once(self) -> None:
+    def run_once(self, *, final: bool = False) -> None:
+        """Commit every table due (``final``, at stop: ignore the retry backoff); skip failed ones."""
+        now = time.monotonic()
         for state in self._tables():
+            if state.failure is not None or (not final and state.retry_at > now):
+                continue
             try:
                 state.materialize(self._mirror)
-            except Exception as exc:  # keep the WAL and retry next period: acknowledged data is never dropped
-                message = f"materialising {state.full_name} failed (WAL kept, retrying): {exc}"
-                log.error(message)
-                self.errors.append(message)
+            except TableFailedError as exc:  # the record Delta refuses: marked failed, never retried
+                self.errors.append(str(exc))
+            except Exception as exc:  # storage or state: keep the WAL and retry with backoff, a few times
+                self._retry_later(state, exc)
+            else:
+                state.transient_failures = 0
+                state.retry_at = 0.0
+
+    def _retry_later(self, state: TableState, exc: BaseException) -> None:
+        state.transient_failures += 1
+        if state.transient_failures >= MAX_TRANSIENT_FAILURES:
+            state.give_up(exc)
+            assert state.failure is not None
+            self.errors.append(state.failure.message())
+            return
+        backoff = min(MAX_RETRY_BACKOFF_S, self.period_s * 2 ** (state.transient_failures - 1))
+        state.retry_at = time.monotonic() + backoff
+        message = (
+            f"materialising {state.full_name} failed (WAL kept, attempt {state.transient_failures} of "
+            f"{MAX_TRANSIENT_FAILURES}, next in {backoff:.1f} s): {exc}"
+        )
+        log.error(message)
+        self.errors.append(message)
 
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -22,6 +23,7 @@ from typing import Any
 
 from zerobus_orchestration.config import EmulatorConfig, ZerobusConfig
 from zerobus_orchestration.emulator.faults import FaultSpec, load_faults
+from zerobus_orchestration.emulator.private import WELL_KNOWN_SECRET
 from zerobus_orchestration.emulator.server import Emulator
 
 
@@ -53,6 +55,11 @@ def run(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if config.client_secret.get_secret_value() == WELL_KNOWN_SECRET:
+        logging.getLogger(__name__).warning(
+            "the emulator's client secret is the well-known default: any local user can get a token "
+            "and write; set zerobus.emulator.client_secret in the config"
+        )
     emulator = Emulator(warehouse, config, faults=faults or [], iceberg=iceberg)
     emulator.start()
     try:
@@ -96,6 +103,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--config-stdin", action="store_true", help="--daemon: read the whole ZerobusConfig JSON from stdin."
     )
+    parser.add_argument(
+        "--prefer-ports", default=None, help="--daemon: GRPC,HTTP ports to try first (a dead daemon's)."
+    )
+    parser.add_argument(
+        "--enable-faults", action="store_true", help="Let POST /_emulator/faults arm faults (tests only)."
+    )
     args = parser.parse_args(argv)
     if args.daemon:
         sys.exit(_run_daemon(args))
@@ -114,13 +127,12 @@ def _emulator_config(args: argparse.Namespace, **extra: Any) -> EmulatorConfig:
         iceberg_lag_s=args.iceberg_lag,
         per_stream_mb_s=args.per_stream_mb_s,
         max_streams_per_table=args.max_streams_per_table,
+        faults_enabled=args.enable_faults,
         **extra,
     )
 
 
 def _run_daemon(args: argparse.Namespace) -> int:
-    import logging
-
     from zerobus_orchestration.emulator.daemon import run_daemon
 
     logging.basicConfig(
@@ -134,4 +146,8 @@ def _run_daemon(args: argparse.Namespace) -> int:
             state_dir=args.state_dir,
             emulator=_emulator_config(args, mode="daemon", idle_shutdown_s=args.idle_shutdown),
         )
-    return run_daemon(config, as_json=args.json)
+    prefer = None
+    if args.prefer_ports:
+        grpc_port, _, http_port = args.prefer_ports.partition(",")
+        prefer = (int(grpc_port), int(http_port))
+    return run_daemon(config, as_json=args.json, prefer_ports=prefer)

@@ -3,6 +3,8 @@
 One grpcio server (EphemeralStream + DoPut on one port), one HTTP server (OAuth token endpoint, Iceberg
 REST facade, test hooks), a WAL per table, a materialiser to Delta and the Iceberg mirror. Restarting
 on the same warehouse replays every WAL: what was acknowledged but not yet in Delta is committed once.
+A table whose log cannot be committed is marked failed (``failed_tables``) and refuses streams; the
+others keep serving, and ``quarantine`` (or ``zerobus-orch emulator quarantine``) unblocks it.
 
     with Emulator(warehouse, EmulatorConfig()) as emu:
         sdk = ZerobusSdk(emu.endpoint, emu.workspace_url)
@@ -25,15 +27,24 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import grpc
+from pydantic import SecretStr
 
 from zerobus_orchestration.config import EmulatorConfig
 from zerobus_orchestration.emulator.auth import TokenIssuer
 from zerobus_orchestration.emulator.faults import FaultInjector, FaultSpec
 from zerobus_orchestration.emulator.http_api import ICEBERG_REST_PREFIX, IcebergRest, make_http_server
 from zerobus_orchestration.emulator.materializer import Materializer, MirrorHook, TableState, table_exists
+from zerobus_orchestration.emulator.private import open_private, private_dir
 from zerobus_orchestration.emulator.quotas import StreamLimiter
 from zerobus_orchestration.emulator.streams import generic_handlers
-from zerobus_orchestration.emulator.wal import table_of_wal_dir, wal_dir_name
+from zerobus_orchestration.emulator.table_health import (
+    TableFailedError,
+    TableFailure,
+    describe,
+    quarantine_dest,
+    write_marker,
+)
+from zerobus_orchestration.emulator.wal import WalCorruptError, table_of_wal_dir, wal_dir_name
 from zerobus_orchestration.errors import ConfigError, ZerobusOrchestrationError
 from zerobus_orchestration.tables import TableName, table_uri, zerobus_dir
 
@@ -95,12 +106,15 @@ class Emulator:
         self.credentials = credentials
         self.issuer = TokenIssuer(self.config.client_id, self.config.client_secret, self.config.token_ttl_s)
         self.limiter = StreamLimiter(self.config.max_streams_per_table)
-        self.faults = FaultInjector(list(faults))
+        self.faults = FaultInjector(list(faults), enabled=self.config.faults_enabled)
         self.per_stream_mb_s = self.config.per_stream_mb_s
         self._iceberg_enabled = iceberg
         self._max_workers = max_workers
         self._tables: dict[str, TableState] = {}
         self._tables_lock = threading.Lock()
+        # Tables that could not even be opened (a corrupt WAL, an unreadable Delta table); the ones
+        # whose records Delta refuses carry their failure on their TableState.
+        self._open_failures: dict[str, TableFailure] = {}
         self._mirror: Any = None
         self._facade: IcebergRest | None = None
         self._grpc: grpc.Server | None = None
@@ -125,7 +139,7 @@ class Emulator:
             raise
 
     def _start(self) -> Emulator:
-        self.wal_root.mkdir(parents=True, exist_ok=True)
+        private_dir(self.wal_root)  # acknowledged rows wait here: owner-only
         self._lock_wal_root()
         if self._iceberg_enabled:
             self._start_iceberg()
@@ -171,7 +185,7 @@ class Emulator:
             self._http = None
         if self._materializer is not None:
             self._materializer.stop()
-            self._materializer.run_once()
+            self._materializer.run_once(final=True)
             self._materializer = None
         if self._mirror is not None:
             self._mirror.stop()
@@ -187,7 +201,7 @@ class Emulator:
 
     def _lock_wal_root(self) -> None:
         """One emulator per WAL folder: a second one would replay (and cut) logs still being written."""
-        fd = os.open(self.wal_root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_private(self.wal_root / ".lock", os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -254,22 +268,68 @@ class Emulator:
         scope = None if table is None else frozenset({TableName.parse(table).full_name})
         return self.issuer.issue(scope, ttl_s)
 
+    def access_token(self) -> SecretStr:
+        """A workspace bearer token for this emulator's HTTP side (read-back through Iceberg REST)."""
+        return SecretStr(self.issuer.issue())
+
     def table_state(self, full_name: str) -> TableState | None:
-        """The open state of ``full_name``, opening it if its Delta table exists; None if it does not."""
+        """The open state of ``full_name``, opening it if its Delta table exists; None if it does not.
+
+        Raises ``TableFailedError`` for a table marked failed because it could not be opened.
+        """
         with self._tables_lock:
             state = self._tables.get(full_name)
             if state is not None:
                 return state
+            failed = self._open_failures.get(full_name)
+            if failed is not None:
+                raise TableFailedError(failed)
             uri = table_uri(self.warehouse, full_name)
             if not table_exists(uri, self.storage_options):
                 return None
-            state = TableState.open(
-                full_name, uri, self.wal_root / wal_dir_name(full_name), self.storage_options
-            )
+            wal_dir = self.wal_root / wal_dir_name(full_name)
+            try:
+                state = TableState.open(full_name, uri, wal_dir, self.storage_options)
+            except WalCorruptError as exc:  # acknowledged records unreadable: an operator must decide
+                failure = TableFailure(full_name, "open", describe(exc))
+                self._open_failures[full_name] = failure
+                write_marker(wal_dir, failure)
+                log.error("%s", failure.message())
+                raise TableFailedError(failure) from exc
             self._tables[full_name] = state
         if self._mirror is not None:
             self._mirror.watch(full_name, uri)
         return state
+
+    def table_failure(self, full_name: str) -> TableFailure | None:
+        """Why ``full_name`` is failed (its streams are refused), or None while it is healthy."""
+        with self._tables_lock:
+            failed = self._open_failures.get(full_name)
+            state = self._tables.get(full_name)
+        return failed if failed is not None else (state.failure if state is not None else None)
+
+    def failed_tables(self) -> dict[str, dict[str, Any]]:
+        """Every failed table with its cause: WAL to Delta (``wal``) and the Iceberg mirror (``iceberg``)."""
+        with self._tables_lock:
+            found = {name: f.as_dict() for name, f in self._open_failures.items()}
+            found.update({s.full_name: s.failure.as_dict() for s in self._tables.values() if s.failure})
+        out: dict[str, dict[str, Any]] = {name: {"wal": failure} for name, failure in found.items()}
+        if self._mirror is not None:
+            for name, failure in self._mirror.failures().items():
+                out.setdefault(name, {})["iceberg"] = failure
+        return out
+
+    def quarantine(self, table: str) -> list[dict[str, object]]:
+        """Move the records of ``table`` that Delta refuses to the quarantine folder and unblock it.
+
+        What Delta takes is committed; each refused record is kept as an Arrow IPC stream file under
+        ``<state>/quarantine/<table>/<time>/``. A failure not about the data is raised; nothing is moved then.
+        """
+        full_name = TableName.parse(table).full_name
+        state = self.table_state(full_name)
+        if state is None:
+            raise EmulatorError(f"table {full_name} does not exist under {self.warehouse}")
+        return state.quarantine(quarantine_dest(self.wal_root, wal_dir_name(full_name)), self._mirror_hook())
 
     def materialize_now(self, table: str) -> int | None:
         """Commit what is acknowledged for ``table`` to Delta now; the new Delta version or None."""
@@ -284,9 +344,16 @@ class Emulator:
             return list(self._tables.values())
 
     def materialize_all(self) -> dict[str, int | None]:
+        """Every healthy table committed now; failed ones are skipped (``failed_tables`` reports them)."""
         with self._tables_lock:
-            names = list(self._tables)
-        return {name: self.materialize_now(name) for name in names}
+            names = [name for name, state in self._tables.items() if state.failure is None]
+        out: dict[str, int | None] = {}
+        for name in names:
+            try:
+                out[name] = self.materialize_now(name)
+            except TableFailedError:
+                continue  # it failed just now: reported, and the other tables still commit
+        return out
 
     def materialize_for_http(self, table: str | None) -> dict[str, Any]:
         if table:
@@ -347,17 +414,52 @@ class Emulator:
 
     # -- replay ---------------------------------------------------------------------------------------
     def _replay(self) -> None:
-        """Commit every WAL left by a previous run (acknowledged, maybe not yet in Delta) exactly once."""
+        """Commit every WAL left by a previous run (acknowledged, maybe not yet in Delta) exactly once.
+
+        A table that cannot be replayed is marked failed (``failed_tables``) and the others still start.
+        """
         for directory in sorted(p for p in self.wal_root.iterdir() if p.is_dir()):
             full_name = table_of_wal_dir(directory.name)
             try:
                 state = self.table_state(full_name)
+            except TableFailedError:
+                continue  # recorded and logged
             except (ConfigError, OSError) as exc:
                 log.error("cannot reopen WAL %s: %s", directory, exc)
+                continue
+            except Exception as exc:  # opening one table must not keep the others from serving
+                failure = TableFailure(full_name, "open", describe(exc), data_error=False)
+                with self._tables_lock:
+                    self._open_failures[full_name] = failure
+                write_marker(directory, failure)
+                log.error("%s", failure.message())
                 continue
             if state is None:
                 log.error("WAL %s has no Delta table at %s: kept, not replayed", directory, self.warehouse)
                 continue
             before = state.committed
-            state.materialize(self._mirror_hook())
+            try:
+                state.materialize(self._mirror_hook())
+            except TableFailedError:
+                pass  # marked failed and logged by the table; its streams are refused
+            except Exception as exc:  # storage or state: the materialiser retries it with backoff
+                log.error("replaying %s failed (WAL kept, retried by the materialiser): %s", full_name, exc)
             self.replayed[full_name] = state.committed - before
+
+
+def lock_wal_root(wal_root: Path, warehouse: str) -> int:
+    """The WAL folder's lock for a process working on it offline (``repair.py``); close it to release.
+
+    The same lock as ``Emulator._lock_wal_root``: refused while an emulator serves the warehouse.
+    """
+    fd = os.open(wal_root / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise EmulatorError(
+            f"an emulator is running on {warehouse} (it holds the WAL {wal_root}): stop it first (the "
+            "shared daemon: `kill -TERM <pid>` with the pid in emulator.json of the state folder, or let it "
+            "idle out), then run this again"
+        ) from exc
+    return fd

@@ -48,9 +48,11 @@ from zerobus_orchestration.emulator.records import (
 )
 from zerobus_orchestration.emulator.schema_check import ConformError, check_schema, conform
 from zerobus_orchestration.emulator.status import RpcFailure
+from zerobus_orchestration.emulator.table_health import TableFailedError, TableFailure
+from zerobus_orchestration.emulator.value_check import check_values
 from zerobus_orchestration.emulator.wal import WalUnusableError
 from zerobus_orchestration.errors import ConfigError
-from zerobus_orchestration.tables import TableName
+from zerobus_orchestration.tables import TableName, check_embedded_storage
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,8 @@ class StreamServices(Protocol):
     per_stream_mb_s: float | None
 
     def table_state(self, full_name: str) -> TableState | None: ...
+
+    def table_failure(self, full_name: str) -> TableFailure | None: ...
 
 
 # -- events from the reader thread to the response generator ----------------------------------------
@@ -126,6 +130,9 @@ class StreamSession:
     def _fault(self, kind: FaultKind) -> FaultSpec | None:
         return next((f for f in self.faults if f.kind is kind), None)
 
+    def _record(self, spec: FaultSpec, detail: str) -> None:
+        self.services.faults.record_acted(spec, self.state.full_name, self.stream_id, detail)
+
     # -- reader side ------------------------------------------------------------------------------
     def read(self, requests: Iterator[Any], decode: Decode) -> None:
         try:
@@ -148,6 +155,8 @@ class StreamSession:
                 if decoded.batch is None:
                     continue
                 batch = conform(table, decoded.batch, self.target, fill_missing=False)
+                # Values the table cannot hold are refused now: once acknowledged they would block it.
+                check_values(table, batch)
             except ConformError as exc:
                 self.events.put(_Abort(RpcFailure.schema(str(exc), [exc.problem.cause])))
                 return
@@ -158,10 +167,16 @@ class StreamSession:
                 return
             batches += 1
             if abort is not None and batches > abort.after_batches:
-                self.services.faults.record_acted(abort)
+                self.services.faults.record_acted(
+                    abort, table, self.stream_id, f"ended the stream with {abort.status} at batch {batches}"
+                )
                 self.events.put(_Abort(RpcFailure.named(abort.status, abort.message)))
                 return
             throttle.consume(decoded.nbytes)
+            failure = self.state.failure
+            if failure is not None:  # marked failed while this stream was open: accept nothing more
+                self.events.put(_Abort(failure.rpc_failure()))
+                return
             try:
                 seq = self.state.wal.append(batch_to_ipc(batch))
             except (OSError, WalUnusableError) as exc:
@@ -208,11 +223,14 @@ class StreamSession:
                     wal_failure(self.state, exc).apply(context)
                     return
                 if withhold is not None and newest.batch_no > withhold.after_batches:
+                    self._record(withhold, f"withheld the ack of batch {newest.batch_no}")
                     continue
                 if delay is not None and newest.batch_no > delay.after_batches:
+                    self._record(delay, f"delayed the ack of batch {newest.batch_no} by {delay.delay_s:g} s")
                     pause.wait(delay.delay_s)
                 if rotate is not None and rotate_fault is not None:
-                    self.services.faults.record_acted(rotate_fault)  # the signal goes out with this ack
+                    # the signal goes out with this ack
+                    self._record(rotate_fault, f"asked to rotate with the ack of batch {newest.batch_no}")
                 yield from render_ack(newest, rotate)
             elif isinstance(event, _Abort):
                 event.failure.apply(context)
@@ -265,14 +283,27 @@ def open_stream(
             grpc.StatusCode.INVALID_ARGUMENT, f"missing table name (gRPC header {TABLE_HEADER})"
         )
     try:
-        full_name = TableName.parse(table).full_name
+        name = TableName.parse(table)  # the wire carries the dotted name: parsed once, folded, validated
+        check_embedded_storage(name)  # a name whose WAL folder cannot exist is refused, not retried
+        full_name = name.full_name
     except ConfigError as exc:
         return RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
     try:
         services.issuer.authorize(metadata.get("authorization"), full_name)
     except AuthFailure as exc:
         return RpcFailure.named(exc.code, f"{full_name}: {exc}")
-    state = services.table_state(full_name)
+    failure = services.table_failure(full_name)
+    if failure is not None:
+        return failure.rpc_failure()
+    try:
+        state = services.table_state(full_name)
+    except TableFailedError as exc:
+        return exc.failure.rpc_failure()
+    except Exception as exc:  # never raise inside the response generator (reconnect hot loop)
+        log.exception("opening %s failed", full_name)
+        return RpcFailure(
+            grpc.StatusCode.UNAVAILABLE, f"{full_name}: the emulator cannot open the table: {exc}"
+        )
     if state is None:
         return RpcFailure(
             grpc.StatusCode.NOT_FOUND,
@@ -286,7 +317,7 @@ def open_stream(
     faults = services.faults.arm(full_name, protocol)
     reject = next((f for f in faults if f.kind is FaultKind.REJECT_OPEN), None)
     if reject is not None:
-        services.faults.record_acted(reject)
+        services.faults.record_acted(reject, full_name, "", f"refused the stream open with {reject.status}")
         return RpcFailure.named(reject.status, reject.message)
     if not services.limiter.acquire(full_name):
         return RpcFailure(

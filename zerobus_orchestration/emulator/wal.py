@@ -300,6 +300,51 @@ class TableWal:
                     keep.append(seg)
             self._segments = keep
 
+    def excise(self, seq: int) -> WalEntry:
+        """Remove durable record ``seq`` from the log and return it (quarantining a batch Delta refuses).
+
+        Its segment is rewritten without it (temporary file, fsync, rename, fsync of the folder), so a
+        crash leaves either the old or the new segment. The caller keeps the returned bytes first.
+        """
+        with self._cond:
+            while self._syncing:
+                self._cond.wait()
+            if self._closed:
+                raise RuntimeError(f"WAL {self.directory} is closed")
+            if seq > self._durable:
+                raise ValueError(f"WAL {self.directory}: position {seq} is not durable, cannot excise it")
+            for i, seg in enumerate(self._segments):
+                data = seg.path.read_bytes()
+                kept = bytearray()
+                found: WalEntry | None = None
+                start = 0
+                for entry, end in _records(data):
+                    if entry.seq == seq:
+                        found = entry
+                    else:
+                        kept += data[start:end]
+                    start = end
+                if found is None:
+                    continue
+                kept += data[start:]  # a torn tail of the active segment stays a torn tail
+                tmp = seg.path.with_name(seg.path.name + ".tmp")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(kept)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                active = i == len(self._segments) - 1
+                if active:
+                    os.close(self._fd)
+                os.replace(tmp, seg.path)
+                _fsync_dir(self.directory)
+                if active:
+                    self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                    self._active_bytes = len(kept)
+                self._cursor = None  # byte offsets in the rewritten segment moved
+                return found
+        raise KeyError(f"WAL {self.directory} holds no record at position {seq}")
+
     def close(self) -> None:
         with self._cond:
             while self._syncing:

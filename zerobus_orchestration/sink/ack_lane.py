@@ -27,7 +27,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from zerobus_orchestration.errors import ErrorClass, classify
 from zerobus_orchestration.metrics import SinkMetrics
@@ -62,6 +62,20 @@ class LaneObserver(Protocol):
     def on_lane_failed(self, lane: AckLane, error: BaseException, error_class: ErrorClass) -> None: ...
 
 
+@runtime_checkable
+class ReportsReplays(Protocol):
+    """A stream that can tell when its transport reconnected inside it and replayed batches.
+
+    Both counts only grow. The official SDK's streams do (``transport/sdk.py`` says what is observable).
+    """
+
+    @property
+    def recoveries(self) -> int: ...
+
+    @property
+    def rows_possibly_resent(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class LaneTelemetry:
     """Where a lane reports: metric families with its labels, and the pool's sample reservoirs."""
@@ -71,6 +85,8 @@ class LaneTelemetry:
     stream_label: str
     coalesce: SampleReservoir
     latency: SampleReservoir
+    lane: str = "raw"
+    """The pool's lane kind (raw / derived), the ``lane`` label of every per-stream metric."""
 
 
 class AckLane:
@@ -119,10 +135,13 @@ class AckLane:
         self.last_confirm_error: str | None = None
         self.error: BaseException | None = None
         self.error_class: ErrorClass | None = None
+        self.recoveries = 0
+        self.rows_possibly_resent = 0
+        self._replays = stream if isinstance(stream, ReportsReplays) else None
         self._thread = threading.Thread(
             target=self._run, name=f"zerobus-ack-{telemetry.table}-{telemetry.stream_label}", daemon=True
         )
-        labels = {"table": telemetry.table, "stream": telemetry.stream_label}
+        labels = {"table": telemetry.table, "stream": telemetry.stream_label, "lane": telemetry.lane}
         m = telemetry.metrics
         self._m_coalesce = m.ack_coalesce_ratio.labels(**labels)
         self._m_pending = m.pending_offsets.labels(**labels)
@@ -133,6 +152,7 @@ class AckLane:
         self._m_bytes_sub = m.bytes_submitted.labels(**labels)
         self._m_rows_del = m.rows_delivered.labels(**labels)
         self._m_bytes_del = m.bytes_delivered.labels(**labels)
+        self._m_recoveries = m.stream_recoveries.labels(**labels)
 
     # -- producer side ------------------------------------------------------------------------------
 
@@ -287,6 +307,7 @@ class AckLane:
                 self._m_rows_sub.inc(sum(item.rows for item in fresh))
                 self._m_bytes_sub.inc(sum(item.nbytes for item in fresh))
             failure = self._wait_durable(burst[-1].offset)
+            self._observe_replays()
             if failure is None:
                 self._confirm(burst)
                 continue
@@ -314,6 +335,34 @@ class AckLane:
                     time.sleep(min(self._retry_backoff_s * 2 ** (attempt - 1), 1.0))
                     continue
                 return exc, error_class
+
+    def _observe_replays(self) -> None:
+        """Count and report reconnects the transport made inside this stream since the last look.
+
+        Each one replayed the batches not yet acknowledged; those the service had already made durable
+        land twice while every wait reports success, so this is the only trace of it.
+        """
+        stream = self._replays
+        if stream is None:
+            return
+        recoveries, resent = stream.recoveries, stream.rows_possibly_resent
+        new, new_rows = recoveries - self.recoveries, resent - self.rows_possibly_resent
+        if new <= 0 and new_rows <= 0:
+            return
+        self.recoveries, self.rows_possibly_resent = recoveries, resent
+        self._m_recoveries.inc(max(new, 0))
+        log.warning(
+            "%s: stream %s (%s, lane %s) was reconnected %d time(s) by the SDK, which re-sent every batch "
+            "not yet acknowledged: up to %d row(s) may have landed twice (%d so far on this stream). "
+            "Delivery is at-least-once; read-back counts the actual duplicates",
+            self._telemetry.table,
+            self._telemetry.stream_label,
+            self.stream.stream_id,
+            self._telemetry.lane,
+            new,
+            new_rows,
+            resent,
+        )
 
     def _confirm(self, burst: list[PendingAck]) -> None:
         """Record the whole (offset-ordered) burst with one call, then resolve its futures."""
@@ -364,7 +413,10 @@ class AckLane:
             self._queue.clear()
             self._in_hand = burst
             self._cond.notify_all()
-        salvaged = self._salvage(burst) if error_class is ErrorClass.POISON else []
+        # A stream that died (poisoned, or its reconnects refused) still reports what it made durable:
+        # confirm that, or it is re-sent and lands twice.
+        dead = error_class in (ErrorClass.POISON, ErrorClass.CONCURRENCY_REJECT)
+        salvaged = self._salvage(burst) if dead else []
         if salvaged:
             self._confirm(salvaged)
         kept = burst[len(salvaged) :]

@@ -4,19 +4,29 @@ A stream belongs to one lane kind. A raw lane confirms ``RawAnchor`` ranges (row
 primary raw table); a derived lane confirms ``DerivedCoverage``. Building a ``PendingAck`` that hands
 a raw anchor to a derived-lane stream (or the reverse) fails when the value is built, before any
 batch is submitted, so the mismatch can never surface as a half-confirmed run.
+
+A coverage confirmation may carry the batch's payload rows (what the caller gave, before stamping).
+The ack lane then hashes them (``digest.rows_digest``) and records the digest with the range, so a
+later resume can check that its input still holds those rows at those positions. Hashing runs on the
+lane's thread after the durable ack, off the push path.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
 
+from zerobus_orchestration.digest import RangeDigest, rows_digest
 from zerobus_orchestration.ranges import CoverageKey, CoverageRecorder, OffsetRange
+
+log = logging.getLogger(__name__)
 
 
 class LaneKind(StrEnum):
@@ -30,15 +40,38 @@ class _Coverage:
 
     ``runs``: when the batch's positions have gaps (a declared offset column, e.g. Kafka offsets), the
     disjoint ranges it really holds; ``span`` is then their envelope and only ``runs`` are recorded.
+    ``payload``: the batch's rows as the caller gave them (no reserved columns), hashed into the
+    range's content digest when it is recorded; None records no digest. ``order_by``: the declared
+    offset column, which orders the rows for hashing.
     """
 
     key: CoverageKey
     span: OffsetRange
     runs: tuple[OffsetRange, ...] | None = None
+    payload: pa.RecordBatch | None = field(default=None, compare=False, repr=False)
+    order_by: str | None = field(default=None, compare=False, repr=False)
 
     def ranges(self) -> tuple[OffsetRange, ...]:
         """What recording this confirmation adds to coverage."""
         return (self.span,) if self.runs is None else self.runs
+
+    def digest(self) -> RangeDigest | None:
+        """The content digest of ``payload``, or None without a payload (or when it cannot be hashed)."""
+        if self.payload is None or self.payload.num_rows == 0:
+            return None
+        try:
+            value = rows_digest(self.payload, self.order_by)
+        except (pa.ArrowException, ValueError, TypeError) as exc:
+            # Never fail a durable batch's coverage over its digest: the range is recorded without one
+            # and a resume skips it unverified (and says so).
+            log.warning(
+                "%s %s: no content digest for this range, a resume cannot verify it: %s",
+                self.key,
+                self.span,
+                exc,
+            )
+            return None
+        return RangeDigest(self.key, self.span, self.runs, self.payload.num_rows, value)
 
 
 @dataclass(frozen=True)
@@ -194,13 +227,32 @@ def fire(confirmation: Confirmation, recorder: CoverageRecorder | None) -> None:
     fire_all((confirmation,), recorder)
 
 
+@runtime_checkable
+class DigestRecorder(Protocol):
+    """A ``CoverageRecorder`` that also keeps content digests (``coverage.CoverageStore``)."""
+
+    def record_delivered(
+        self, items: Iterable[tuple[CoverageKey, OffsetRange]], digests: Iterable[RangeDigest]
+    ) -> None: ...
+
+
 def fire_all(confirmations: Sequence[Confirmation], recorder: CoverageRecorder | None) -> None:
-    """Record a burst of confirmations with one ``record_many`` (one store transaction), in the
-    order given. Called only by an ack lane, only after the burst's durable acknowledgement."""
+    """Record a burst of confirmations with one store call (one transaction), in the order given.
+
+    Called only by an ack lane, only after the burst's durable acknowledgement. A recorder that keeps
+    digests gets each range's content digest in the same call (``record_delivered``); others get
+    ``record_many``, and no payload is hashed for them.
+    """
     if recorder is None:
         return
-    items = [(c.key, span) for c in confirmations if not isinstance(c, NoConfirm) for span in c.ranges()]
-    if items:
+    recorded = [c for c in confirmations if not isinstance(c, NoConfirm)]
+    items = [(c.key, span) for c in recorded for span in c.ranges()]
+    if not items:
+        return
+    if isinstance(recorder, DigestRecorder):
+        digests = [d for d in (c.digest() for c in recorded) if d is not None]
+        recorder.record_delivered(items, digests)
+    else:
         recorder.record_many(items)
 
 

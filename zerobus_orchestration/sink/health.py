@@ -55,6 +55,8 @@ class StreamHealth:
     rebuilds: int
     reopens: int = 0
     """Times this member was re-opened after failing beyond repair for a non-fatal cause."""
+    recoveries: int = 0
+    """Reconnects the SDK made inside this member's streams (each replayed its unacknowledged batches)."""
     reopen_in_s: float | None = None
     """Failed, waiting out its cool-down: seconds until it is re-opened (None if not, or failed for good)."""
 
@@ -86,6 +88,11 @@ class PoolHealth:
     """Members re-opened after failing beyond repair (their lost batches stay in ``failed_batches``)."""
     supervisor_errors: int = 0
     """Unexpected errors the pool's supervisor logged and survived (each one is in the log)."""
+    recoveries: int = 0
+    """Reconnects the SDK made inside a stream (lack-of-ack timeout, rotation, retryable failure), as far
+    as the transport can observe them; ``rebuilds`` are ours, these are the SDK's own."""
+    rows_possibly_resent: int = 0
+    """Rows pending on a stream when the SDK reconnected it: replayed, so they may have landed twice."""
     last_supervisor_error: str | None = None
     lane_failures: int = 0
     """Ack lanes stopped for any cause: poisoned, transient retries exhausted, or fatal."""

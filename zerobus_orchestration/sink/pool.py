@@ -7,8 +7,12 @@ Every open happens on the pool's supervisor thread, never on the ingest path: pu
 healthy member, reserve an in-flight slot on its lane and submit. The supervisor also rebuilds
 poisoned members (within ``rebuild_budget_s``; the other members keep serving) and retries refused
 opens with exponential backoff and jitter shared by the whole pool, so repeated concurrency rejects
-can never turn into a reopen storm. A member whose rebuilt stream fails again before delivering anything
-waits out its own jittered backoff before the next rebuild. A batch the service rejects at acknowledgement
+can never turn into a reopen storm. A stream the service stops with a concurrency reject mid-stream (its
+SDK reconnects refused) waits out the same backoff before it is re-opened, never at once; a retry hint in
+the service's status is a floor on every such wait. A transient failure or a concurrency reject at submit
+is backed off and retried (``transient_retries`` times), not passed to the writer. A member whose
+rebuilt stream fails again before delivering anything waits out its own jittered backoff before the
+next rebuild. A batch the service rejects at acknowledgement
 every time is given up (its receipt fails, ``flush`` raises) once ``poisoned_submit_attempts`` streams died
 at it or ``rebuild_budget_s`` passed since the first did; the batches behind it are re-sent. A member that
 failed beyond repair for a cause a retry can fix is re-opened after ``failed_member_cooldown_s``; fatal and
@@ -29,7 +33,13 @@ from enum import StrEnum
 import pyarrow as pa
 
 from zerobus_orchestration.config import PoolConfig
-from zerobus_orchestration.errors import ErrorClass, SinkClosedError, ZerobusOrchestrationError, classify
+from zerobus_orchestration.errors import (
+    ErrorClass,
+    SinkClosedError,
+    ZerobusOrchestrationError,
+    classify,
+    retry_delay_s,
+)
 from zerobus_orchestration.metrics import SinkMetrics, default_metrics
 from zerobus_orchestration.ranges import CoverageRecorder, OffsetRange
 from zerobus_orchestration.sink.ack_lane import AckLane, LaneState, LaneTelemetry, LaneUnavailable
@@ -120,6 +130,9 @@ class _Member:
     rows_delivered_base: int = 0
     rebuilds: int = 0
     retries_base: int = 0
+    recoveries_base: int = 0
+    resent_base: int = 0
+    """SDK reconnects and rows possibly re-sent seen by this member's retired lanes."""
     confirm_errors_base: int = 0
     last_confirm_error: str | None = None
     failed_batches: int = 0
@@ -150,6 +163,14 @@ class _Member:
     def rows_delivered(self) -> int:
         lane_rows = self.lane.rows_delivered if self.lane is not None else 0
         return self.rows_delivered_base + lane_rows
+
+    @property
+    def recoveries(self) -> int:
+        return self.recoveries_base + (self.lane.recoveries if self.lane is not None else 0)
+
+    @property
+    def rows_possibly_resent(self) -> int:
+        return self.resent_base + (self.lane.rows_possibly_resent if self.lane is not None else 0)
 
 
 def _serving(member: _Member) -> bool:
@@ -203,6 +224,8 @@ class StreamPool:
         self.lane_poisonings = 0
         self.supervisor_errors = 0
         self.last_supervisor_error: str | None = None
+        self.last_open_backoff_s: float | None = None
+        """The most recent backoff before the next open (after a refusal), retry hint included."""
         self._coalesce = SampleReservoir()
         self._latency = SampleReservoir()
         self._m_rejects = self.metrics.concurrency_rejects.labels(table=table)
@@ -305,6 +328,7 @@ class StreamPool:
             raise RuntimeError(f"{self.table}: ensure_open(schema) must run before the first submit")
         deadline = time.monotonic() + self.config.healthy_member_wait_s
         poisoned_submits, first_poisoned_at = 0, 0.0
+        retried_submits = 0
         while True:
             member = self._select(key, deadline)
             if key is None:
@@ -329,10 +353,16 @@ class StreamPool:
                     offset = stream.submit(batch)
                 except Exception as exc:
                     lane.release()
-                    if classify(exc) is not ErrorClass.POISON:
+                    error_class = classify(exc)
+                    if error_class not in (
+                        ErrorClass.POISON,
+                        ErrorClass.TRANSIENT,
+                        ErrorClass.CONCURRENCY_REJECT,
+                    ):
                         raise
-                    self._start_rebuild_locked(member, exc)
-                    poison: Exception = exc
+                    if error_class is not ErrorClass.TRANSIENT:
+                        self._start_rebuild_locked(member, exc)
+                    failure: Exception = exc
                 else:
                     seq = member.next_seq
                     member.next_seq += 1
@@ -353,10 +383,57 @@ class StreamPool:
                     )
                     return Submitted(member.index, seq, offset)
             self._notify()
+            if error_class is not ErrorClass.POISON:
+                retried_submits += 1
+                self._pause_after_refused_submit(member, failure, error_class, retried_submits)
+                # The wait for a healthy member starts again after the backoff the service asked for.
+                deadline = max(deadline, time.monotonic() + self.config.healthy_member_wait_s)
+                continue
             poisoned_submits += 1
             if poisoned_submits == 1:
                 first_poisoned_at = time.monotonic()
-            self._pause_after_poisoned_submit(poison, poisoned_submits, first_poisoned_at)
+            self._pause_after_poisoned_submit(failure, poisoned_submits, first_poisoned_at)
+
+    def _pause_after_refused_submit(
+        self, member: _Member, error: Exception, error_class: ErrorClass, attempts: int
+    ) -> None:
+        """Back off after a transient failure or a concurrency reject at submit, then let the batch retry.
+
+        A transient failure leaves the stream as it is: the same member is tried again after the
+        backoff. A concurrency reject means the SDK gave up the stream (its reconnects were refused):
+        the member is rebuilt after the pool-wide backoff (honouring the service's retry hint), and the
+        batch goes to whichever member serves first. Bounded by ``pool.transient_retries``.
+        """
+        cfg = self.config
+        if attempts > cfg.transient_retries:
+            raise SubmitFailedError(
+                f"{self.table}: submitting one batch failed {attempts} time(s) with {error_class} errors "
+                f"(last error: {error}); fix: check the service's status and quotas, or raise "
+                "pool.transient_retries, then push the batch again"
+            ) from error
+        if error_class is ErrorClass.CONCURRENCY_REJECT:
+            self._back_off(member, error, error_class, what="submitting on")
+            return
+        ceiling = backoff_ceiling(cfg.open_backoff_initial_s, cfg.open_backoff_max_s, attempts)
+        delay = self._honour_hint(ceiling * (0.5 + 0.5 * self._rng.random()), error)
+        log.warning(
+            "%s: submit on stream %d failed (%s, attempt %d of %d), retry in %.2fs: %s",
+            self.table,
+            member.index,
+            error_class,
+            attempts,
+            cfg.transient_retries,
+            delay,
+            error,
+        )
+        time.sleep(delay)
+
+    def _honour_hint(self, delay: float, error: BaseException) -> float:
+        """``delay``, or longer if the service asked for a longer wait (capped by ``rebuild_budget_s``)."""
+        hint = retry_delay_s(error)
+        if hint is None:
+            return delay
+        return max(delay, min(hint, self.config.rebuild_budget_s))
 
     def _pause_after_poisoned_submit(self, error: Exception, attempts: int, since: float) -> None:
         """Bound what one batch that keeps poisoning streams at submit can cost.
@@ -440,10 +517,15 @@ class StreamPool:
                 self.lane_poisonings += 1
         for member in self._members:
             with member.lock:
-                if member.lane is lane and member.state is MemberState.HEALTHY:
+                owned = member.lane is lane  # also when a refused submit already marked it rebuilding
+                if owned and member.state is MemberState.HEALTHY:
                     if error_class in (ErrorClass.FATAL, ErrorClass.SCHEMA_REJECTED):
                         member.fatal = error
                     self._start_rebuild_locked(member, error)
+            if owned and error_class is ErrorClass.CONCURRENCY_REJECT:
+                # The service refused this stream's reconnects: re-opening at once would be refused too.
+                # Back off pool-wide (retry hint honoured); the other members keep sending meanwhile.
+                self._back_off(member, error, error_class, what="re-opening")
         self._notify()
 
     def _start_rebuild_locked(self, member: _Member, error: BaseException) -> None:
@@ -575,6 +657,8 @@ class StreamPool:
             member.delivered_base = lane.delivered
             member.rows_delivered_base += lane.rows_delivered
             member.retries_base += lane.retries
+            member.recoveries_base += lane.recoveries
+            member.resent_base += lane.rows_possibly_resent
             member.confirm_errors_base += lane.confirm_errors
             member.last_confirm_error = lane.last_confirm_error or member.last_confirm_error
             member.resubmit = sorted([*member.resubmit, *kept], key=lambda item: item.seq)
@@ -705,6 +789,8 @@ class StreamPool:
                 ),
             )
             return
+        if time.monotonic() < self._open_not_before:
+            return  # retiring met a refusal (a lane stopped by a concurrency reject): wait out its backoff
         schema = self._schema
         assert schema is not None
         self.open_attempts += 1
@@ -731,8 +817,10 @@ class StreamPool:
         cfg = self.config
         rejects = self._consecutive_rejects
         ceiling = backoff_ceiling(cfg.open_backoff_initial_s, cfg.open_backoff_max_s, rejects)
-        delay = ceiling * (0.5 + 0.5 * self._rng.random())  # jitter: never in lock-step with other pools
-        self._open_not_before = time.monotonic() + delay
+        # Jitter: never in lock-step with other pools. The service's retry hint, if any, is a floor.
+        delay = self._honour_hint(ceiling * (0.5 + 0.5 * self._rng.random()), exc)
+        self._open_not_before = max(self._open_not_before, time.monotonic() + delay)
+        self.last_open_backoff_s = delay
         log.warning(
             "%s: %s stream %d refused (%s), retry in %.2fs; %d healthy member(s) keep sending: %s",
             self.table,
@@ -752,7 +840,9 @@ class StreamPool:
         while the open was in flight, the stream is not put in service: it takes its re-submits (batches of
         its own schema), then is drained and re-opened with the new schema, like every other member.
         """
-        telemetry = LaneTelemetry(self.metrics, self.table, str(member.index), self._coalesce, self._latency)
+        telemetry = LaneTelemetry(
+            self.metrics, self.table, str(member.index), self._coalesce, self._latency, str(self.lane_kind)
+        )
         lane = AckLane(
             stream,
             kind=self.lane_kind,
@@ -791,7 +881,9 @@ class StreamPool:
                 member.rebuild_started = None
                 if rebuilt:
                     member.rebuilds += 1
-                    self.metrics.stream_rebuilds.labels(table=self.table, stream=str(member.index)).inc()
+                    self.metrics.stream_rebuilds.labels(
+                        table=self.table, stream=str(member.index), lane=str(self.lane_kind)
+                    ).inc()
                 # Checked under the member lock: ``ensure_open`` assigns the schema before it marks
                 # HEALTHY members (under this lock) for re-opening, so no stale stream is left serving.
                 stale = self._schema is not schema
@@ -858,6 +950,18 @@ class StreamPool:
     def failed_batches(self) -> int:
         """Batches lost with members that failed beyond repair, over the pool's life."""
         return sum(m.failed_batches for m in self._members)
+
+    @property
+    def recoveries(self) -> int:
+        """SDK reconnects observed inside this pool's streams, over the pool's life."""
+        return sum(m.recoveries for m in self._members)
+
+    @property
+    def rows_possibly_resent(self) -> int:
+        """Rows the SDK may have sent twice when it reconnected inside a stream, over the pool's life.
+
+        A write takes the difference across its own run (the pool outlives every write)."""
+        return sum(m.rows_possibly_resent for m in self._members)
 
     @property
     def confirm_errors(self) -> int:
@@ -983,6 +1087,7 @@ class StreamPool:
                     submitted=submitted,
                     delivered=delivered,
                     rebuilds=m.rebuilds,
+                    recoveries=m.recoveries,
                     reopens=m.reopens,
                     reopen_in_s=(
                         max(0.0, m.reopen_at - time.monotonic())
@@ -1005,6 +1110,8 @@ class StreamPool:
             failed_batches=sum(m.failed_batches for m in self._members),
             rows_delivered=sum(m.rows_delivered for m in self._members),
             rebuilds=sum(m.rebuilds for m in self._members),
+            recoveries=sum(m.recoveries for m in self._members),
+            rows_possibly_resent=sum(m.rows_possibly_resent for m in self._members),
             reopens=sum(m.reopens for m in self._members),
             concurrency_rejects=self.concurrency_rejects,
             ack_retries=retries,

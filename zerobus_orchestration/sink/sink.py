@@ -82,10 +82,10 @@ class Receipt:
 class PartialSendError(ZerobusOrchestrationError, RuntimeError):
     """``send`` failed part-way, after some batches were already submitted.
 
-    A streamed input's later batch failed its checks, or a later batch of any input was refused by the
-    catalog gate or the pool. ``receipts``: the submitted batches' receipts (they are on their way and
-    resolve as usual); the failing batch and everything after it were not sent. The original error is
-    ``__cause__``.
+    A streamed input's later batch failed its checks (the catalog gate and guard included), or the pool
+    refused a later batch of any input. ``receipts``: the submitted batches' receipts (they are on their
+    way and resolve as usual); the failing batch and everything after it were not sent. The original
+    error is ``__cause__``.
     """
 
     def __init__(self, message: str, receipts: list[Receipt], cause: BaseException) -> None:
@@ -101,6 +101,7 @@ class _Prepared:
     runs: tuple[OffsetRange, ...] | None  # the exact ranges when the batch's positions have gaps
     nbytes: int  # measured once; ``RecordBatch.nbytes`` walks every buffer
     claimed_from: int  # ``_next_offset`` before this batch claimed its positions (see ``_unclaim``)
+    payload: pa.RecordBatch  # the caller's rows before stamping: what the range's content digest hashes
 
 
 class ZerobusSink:
@@ -182,29 +183,37 @@ class ZerobusSink:
         """Fire-and-forget: stamp, guard and submit every batch; never waits for durability.
 
         ``at``: row position of the first row (resume after a gap); later rows continue from it.
+        In-memory input (a batch, a list or tuple of batches, a Table) is checked whole, the catalog
+        gate and the write-boundary guard included, before anything is submitted: a bad batch fails the
+        call with nothing sent. A streamed input (reader, generator) is checked and sent batch by batch.
         """
-        for batch, position in self._positioned(data, at):
-            prepared = self._prepare(batch, position)
-            if prepared is not None:
-                self._submit(prepared, key, None)
+        self._deliver(self._positioned(data, at), key, None, whole=is_in_memory(data))
+
+    def push_positioned(
+        self,
+        pieces: Iterable[tuple[pa.RecordBatch, int | None]],
+        *,
+        whole: bool,
+        key: str | None = None,
+    ) -> None:
+        """``push`` of batches that each carry the position of their first row (a resumed write's slices).
+
+        ``whole``: the pieces come from in-memory input, so check them all before submitting any.
+        """
+        self._deliver(self._checked(pieces, whole), key, None, whole=whole)
 
     def send(self, data: ArrowInput, *, key: str | None = None, at: int | None = None) -> list[Receipt]:
         """Like ``push``, returning one ``Receipt`` per submitted batch.
 
-        In-memory input (a batch, a list or tuple of batches, a Table) is checked whole before anything
-        is sent, so a bad batch fails the call with nothing submitted. A streamed input (reader,
-        generator) is sent batch by batch. Whenever a later batch fails (its checks, the gate, the
-        pool), ``PartialSendError`` carries the receipts of the batches already submitted.
+        In-memory input (a batch, a list or tuple of batches, a Table) is checked whole (the catalog
+        gate and the write-boundary guard included) before anything is sent, so a bad batch fails the
+        call with nothing submitted. A streamed input (reader, generator) is sent batch by batch.
+        Whenever a later batch fails (a streamed batch's checks, the pool), ``PartialSendError``
+        carries the receipts of the batches already submitted.
         """
         receipts: list[Receipt] = []
         try:
-            for batch, position in self._positioned(data, at):
-                prepared = self._prepare(batch, position)
-                if prepared is None:
-                    continue
-                future: Future[OffsetRange | None] = Future()
-                where = self._submit(prepared, key, future)
-                receipts.append(Receipt(self.key, prepared.span, where.member, where.offset, future))
+            self._deliver(self._positioned(data, at), key, receipts, whole=is_in_memory(data))
         except Exception as exc:
             if not receipts:
                 raise
@@ -218,13 +227,63 @@ class ZerobusSink:
             ) from exc
         return receipts
 
+    def _deliver(
+        self,
+        pieces: Iterable[tuple[pa.RecordBatch, int | None]],
+        key: str | None,
+        receipts: list[Receipt] | None,
+        *,
+        whole: bool,
+    ) -> None:
+        """Prepare and submit ``pieces``; ``receipts``: collect one per submitted batch (``send``).
+
+        ``whole``: prepare (stamp, gate, guard) every piece before submitting the first, so a bad piece
+        leaves nothing sent; the positions already claimed are handed back (``_unclaim``).
+        """
+        if not whole:
+            for batch, position in pieces:
+                prepared = self._prepare(batch, position)
+                if prepared is not None:
+                    self._submit_collecting(prepared, key, receipts)
+            return
+        ready: list[_Prepared] = []
+        try:
+            for batch, position in pieces:
+                prepared = self._prepare(batch, position)
+                if prepared is not None:
+                    ready.append(prepared)
+        except BaseException:
+            for claimed in reversed(ready):
+                self._unclaim(claimed)
+            raise
+        for i, prepared in enumerate(ready):
+            try:
+                self._submit_collecting(prepared, key, receipts)
+            except BaseException:
+                for claimed in reversed(ready[i + 1 :]):  # the failed one is handed back by ``_submit``
+                    self._unclaim(claimed)
+                raise
+
+    def _submit_collecting(
+        self, prepared: _Prepared, key: str | None, receipts: list[Receipt] | None
+    ) -> None:
+        if receipts is None:
+            self._submit(prepared, key, None)
+            return
+        future: Future[OffsetRange | None] = Future()
+        where = self._submit(prepared, key, future)
+        receipts.append(Receipt(self.key, prepared.span, where.member, where.offset, future))
+
     def _submit(
         self, prepared: _Prepared, key: str | None, future: Future[OffsetRange | None] | None
     ) -> Submitted:
         try:
+            opened_with = self.pool.schema  # shared pool: another sink may have re-opened it
+            if opened_with is None or not prepared.batch.schema.equals(opened_with):
+                self.pool.ensure_open(prepared.batch.schema)
             return self.pool.submit(
                 prepared.batch,
-                self._confirmation(prepared.span, prepared.runs),
+                self._confirmation(prepared.span, prepared.runs, prepared.payload),
                 key=key or self.ordering_key,
                 future=future,
                 nbytes=prepared.nbytes,
@@ -249,16 +308,20 @@ class ZerobusSink:
             if self._next_offset == prepared.span.end:
                 self._next_offset = prepared.claimed_from
 
-    def _positioned(self, data: ArrowInput, at: int | None) -> Iterator[tuple[pa.RecordBatch, int | None]]:
+    def _positioned(self, data: ArrowInput, at: int | None) -> Iterable[tuple[pa.RecordBatch, int | None]]:
         if at is not None and (at < 0 or self.offset_column is not None):
             raise ValueError(
                 f"{self.table}: at={at} needs a non-negative position and no offset_column "
                 f"(offset_column={self.offset_column!r} already gives every row its position)"
             )
-        for batch in self._batches_of(data):
-            yield batch, at
-            if at is not None:
-                at += batch.num_rows
+        in_memory = is_in_memory(data)
+        if isinstance(data, pa.RecordBatch):
+            source: Iterable[pa.RecordBatch] = (data,)
+        elif isinstance(data, pa.Table):
+            source = data.to_batches()
+        else:
+            source = data  # a reader or iterator is streamed: one batch alive here at a time
+        return self._checked(_with_positions(source, at), in_memory)
 
     def finish(self) -> tuple[CommitInfo, OffsetSpan]:
         """What was submitted, and the submitted high-water span. Does not wait for durability."""
@@ -339,36 +402,36 @@ class ZerobusSink:
 
     # -- internals ----------------------------------------------------------------------------------
 
-    def _confirmation(self, span: OffsetRange, runs: tuple[OffsetRange, ...] | None) -> Confirmation:
+    def _confirmation(
+        self, span: OffsetRange, runs: tuple[OffsetRange, ...] | None, payload: pa.RecordBatch
+    ) -> Confirmation:
         if not self.confirm:
             return NoConfirm()
+        # The payload rides along (zero-copy: the stamped batch shares its columns) so the ack lane can
+        # record the range's content digest once the batch is durable, off this push path.
         if self.lane is LaneKind.RAW:
-            return RawAnchor(self.key, span, runs)
-        return DerivedCoverage(self.key, span, runs)
+            return RawAnchor(self.key, span, runs, payload, self.offset_column)
+        return DerivedCoverage(self.key, span, runs, payload, self.offset_column)
 
-    def _batches_of(self, data: ArrowInput) -> Iterator[pa.RecordBatch]:
-        """Each batch, checked by ``_check_input`` and sliced to ``max_batch_rows``."""
-        in_memory = isinstance(data, pa.RecordBatch | pa.Table | list | tuple)
-        if isinstance(data, pa.RecordBatch):
-            source: Iterable[pa.RecordBatch] = (data,)
-        elif isinstance(data, pa.Table):
-            source = data.to_batches()
-        else:
-            source = data  # a reader or iterator is streamed: one batch alive here at a time
+    def _checked(
+        self, pieces: Iterable[tuple[pa.RecordBatch, int | None]], in_memory: bool
+    ) -> Iterator[tuple[pa.RecordBatch, int | None]]:
+        """Each piece, checked by ``_check_input`` and sliced to ``max_batch_rows``."""
         if in_memory:
-            # Already in memory, so check it whole first: a bad third batch must not leave the first two
-            # submitted with no receipt handed back for them.
-            source = list(source)
-            for batch in source:
+            # Already in memory, so check it whole first (``_deliver`` then prepares it whole too).
+            checked: list[tuple[pa.RecordBatch, int | None]] = []
+            for batch, at in pieces:
                 self._check_input(batch)
-        for batch in source:
+                checked.append((batch, at))
+            pieces = checked
+        for batch, at in pieces:
             if not in_memory:
                 self._check_input(batch)
             if self.max_batch_rows is None or batch.num_rows <= self.max_batch_rows:
-                yield batch
+                yield batch, at
                 continue
             for start in range(0, batch.num_rows, self.max_batch_rows):
-                yield batch.slice(start, self.max_batch_rows)
+                yield batch.slice(start, self.max_batch_rows), None if at is None else at + start
 
     def _check_input(self, batch: object) -> None:
         """The checks that need nothing but the batch itself: type, reserved names, offset column."""
@@ -426,16 +489,13 @@ class ZerobusSink:
                     self._last_schema = stamped.schema
                 assert self._target is not None
                 stamped = self.gate.check(self.table, stamped, self._target)
-            opened_with = self.pool.schema  # shared pool: another sink may have re-opened it
-            if opened_with is None or not stamped.schema.equals(opened_with):
-                self.pool.ensure_open(stamped.schema)
             nbytes = stamped.nbytes
             claimed_from = self._next_offset
             self._next_offset = max(self._next_offset, span.end)
             self._batches += 1
             self._rows += stamped.num_rows
             self._bytes += nbytes
-        return _Prepared(stamped, span, runs, nbytes, claimed_from)
+        return _Prepared(stamped, span, runs, nbytes, claimed_from, batch)
 
     def _span_of(
         self, batch: pa.RecordBatch, at: int | None, declared: pa.Array | None
@@ -487,6 +547,22 @@ class ZerobusSink:
         return pa.Array.from_buffers(_SOURCE_TYPE, n, [None, pa.py_buffer(value_offsets), pa.py_buffer(data)])
 
 
+def is_in_memory(data: object) -> bool:
+    """Input that is whole in memory (checked whole before sending), as opposed to a stream."""
+    return isinstance(data, pa.RecordBatch | pa.Table | list | tuple)
+
+
+def _with_positions(
+    batches: Iterable[pa.RecordBatch], at: int | None
+) -> Iterator[tuple[pa.RecordBatch, int | None]]:
+    # The position advances only after the consumer checked the batch (``_checked``), so a non-batch
+    # fails there with a clear message rather than here on ``num_rows``.
+    for batch in batches:
+        yield batch, at
+        if at is not None:
+            at += batch.num_rows
+
+
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MAX_STRING_DATA = 2**31 - 1  # int32 value offsets of pa.string()
 
@@ -501,4 +577,12 @@ def _positions(first: int, n: int) -> pa.Array:
     return pa.array(np.arange(first, first + n, dtype=np.int64))
 
 
-__all__ = ["ArrowInput", "CommitInfo", "OffsetSpan", "PartialSendError", "Receipt", "ZerobusSink"]
+__all__ = [
+    "ArrowInput",
+    "CommitInfo",
+    "OffsetSpan",
+    "PartialSendError",
+    "Receipt",
+    "ZerobusSink",
+    "is_in_memory",
+]

@@ -50,6 +50,10 @@ class FaultPlan:
     """open index -> stream offset: that batch is never acknowledged and the stream fails on reaching it."""
     transient_wait_failures: Mapping[int, int] = field(default_factory=dict)
     """open index -> how many ``wait_for_offset`` calls raise ``TransientError`` before waits succeed."""
+    transient_submit_failures: Mapping[int, int] = field(default_factory=dict)
+    """open index -> how many ``submit`` calls raise ``TransientError`` (nothing queued) before submits
+    succeed; the message carries a ``retry after`` hint of ``submit_retry_hint_s`` if set."""
+    submit_retry_hint_s: float | None = None
     transient_wait_rate: float = 0.0
     """Probability (seeded) that any ``wait_for_offset`` raises ``TransientError`` once."""
     reject_first_opens: int = 0
@@ -218,6 +222,8 @@ class MemoryStream:
         faults = transport.faults
         self._poison_at = faults.poison_at.get(open_index)
         self._transient_left = faults.transient_wait_failures.get(open_index, 0)
+        self._submit_failures_left = faults.transient_submit_failures.get(open_index, 0)
+        self._submit_hint_s = faults.submit_retry_hint_s
         self._latency_multiplier = faults.slow_streams.get(open_index, 1.0)
         self._rejects_batch = faults.rejects_batch
         self._held = False
@@ -229,6 +235,7 @@ class MemoryStream:
         self._failed: StreamPoisonedError | None = None
         self._closed = False
         self.submits = 0
+        self.refused_submits = 0
         self.waits = 0
 
     # -- Stream protocol ----------------------------------------------------------------------------
@@ -249,6 +256,14 @@ class MemoryStream:
                 raise self._failed
             if self._closed:
                 raise StreamPoisonedError(f"{self._table}: stream {self._id} is closed", code="CANCELLED")
+            if self._submit_failures_left > 0:
+                self._submit_failures_left -= 1
+                self.refused_submits += 1
+                hint = "" if self._submit_hint_s is None else f"; retry after {self._submit_hint_s}s"
+                raise TransientError(
+                    f"{self._table}: stream {self._id}: UNAVAILABLE: injected submit failure{hint}",
+                    code="UNAVAILABLE",
+                )
             offset = self._next_offset
             self._next_offset += 1
             durable_at = max(self._last_durable_at, self._transport._now() + latency)

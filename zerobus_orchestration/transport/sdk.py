@@ -19,6 +19,23 @@ Two SDK behaviours are corrected here rather than passed through (both measured 
   naming the columns, before anything is sent, and the stream stays usable.
 * A token endpoint refusing the client credentials (HTTP 401/403, "Specified UC token is in invalid
   format") surfaces as a bare ``NonRetriableException``; it is fatal (fix the credentials), not poison.
+
+Reconnects inside a stream are invisible in the SDK's Arrow API (no callback, no state, no recovery
+count; ``ack_callback`` is refused for Arrow streams), yet each one replays every batch not yet
+acknowledged, and a batch the service made durable without acknowledging it lands twice. What we can
+observe, ``SdkStream.recoveries`` / ``rows_possibly_resent`` count:
+
+* with a ``HeadersProvider`` (ours wraps the caller's per stream), every connection attempt: the SDK asks
+  it for headers on each reconnect (recovery and rotation alike), so each call after the open is one;
+* with OAuth client credentials (the SDK fetches and caches the token itself, no per-connection hook),
+  the lack-of-ack timeout only: the SDK fails a connection whose oldest pending batch has gone
+  ``server_lack_of_ack_timeout_ms`` without an acknowledgement and reconnects (recovery on), so a batch
+  whose blocked ``wait_for_offset`` returned longer than that after its submit proves at least one such
+  reconnect (a lower bound: a stall the waited-for batch did not span is missed). Fast reconnects (a
+  retryable error mid-stream, a server-requested rotation) are not observable this way.
+
+Rows possibly re-sent are the rows of every batch submitted and not yet seen durable when a reconnect
+was observed (an upper bound; each batch counted once). Read-back finds the actual duplicates.
 """
 
 from __future__ import annotations
@@ -26,7 +43,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
@@ -36,7 +55,9 @@ from pydantic import SecretStr
 from zerobus_orchestration import __version__
 from zerobus_orchestration.config import SdkStreamOptions, ZerobusConfig
 from zerobus_orchestration.errors import (
+    ConcurrencyRejectedError,
     ConfigError,
+    ErrorClass,
     FatalTransportError,
     SchemaRejectedError,
     StreamPoisonedError,
@@ -58,6 +79,10 @@ _PROXY_BYPASS_VARS = ("NO_PROXY", "no_proxy", "no_grpc_proxy")
 _CREDENTIALS_REFUSED = ("uc token", "client error (401)", "client error (403)", "invalid_client")
 # The SDK's per-call refusal of a batch whose schema is not the stream's; the stream stays usable.
 _BATCH_SCHEMA_REFUSED = "schema does not match stream schema"
+# A wait that took longer than this did block: the acknowledgement had not arrived when it started.
+_BLOCKED_S = 0.002
+# What ``ingest_batch`` says on a stream the SDK already gave up, whatever killed it.
+_STREAM_CLOSED = "stream is closing or closed"
 
 
 def bypass_proxy_for_loopback(url: str) -> None:
@@ -154,13 +179,27 @@ def _mismatch(table: str, stream_id: str, batch: pa.Schema, stream: pa.Schema) -
 class SdkStream:
     """One official-SDK Arrow stream, shaped as our ``Stream`` protocol."""
 
-    def __init__(self, table: str, inner: Any, schema: pa.Schema | None = None) -> None:
+    def __init__(
+        self, table: str, inner: Any, schema: pa.Schema | None = None, *, ack_timeout_s: float | None = None
+    ) -> None:
+        """``ack_timeout_s``: the SDK's lack-of-ack timeout if its recovery is on (None: not inferred)."""
         self._table = table
         self._inner = inner
         self._schema = schema
         self._id = uuid.uuid4().hex[:12]
         self._closed = False
         self._close_lock = threading.Lock()
+        # Replay watch (module docstring). Offsets are the SDK's logical ones: 0, 1, 2, ... per stream.
+        self._watch = threading.Lock()
+        self._unacked: dict[int, tuple[int, float]] = {}  # offset -> (rows, submitted at), not seen durable
+        self._acked_through = -1
+        self._resent_through = -1  # batches up to this offset are already counted as possibly re-sent
+        self._first_wait: dict[int, float] = {}  # offset -> start of its first wait not yet returned
+        # Slack over the timeout: an ack arriving just before it must not read as a reconnect.
+        self._stall_s = None if ack_timeout_s is None else ack_timeout_s + max(0.02 * ack_timeout_s, 0.05)
+        self._recoveries = 0
+        self._rows_possibly_resent = 0
+        self._failure: TransportError | None = None  # why a wait found the stream dead
 
     @property
     def table(self) -> str:
@@ -177,9 +216,63 @@ class SdkStream:
     def submit(self, batch: pa.RecordBatch) -> int:
         batch = self._conform(batch)
         try:
-            return int(self._inner.ingest_batch(batch))
+            offset = int(self._inner.ingest_batch(batch))
         except Exception as exc:
-            raise transport_error(exc, f"submit to {self._table} (stream {self._id})") from exc
+            context = f"submit to {self._table} (stream {self._id})"
+            failure = self._failure
+            if isinstance(failure, ConcurrencyRejectedError) and _STREAM_CLOSED in str(exc).lower():
+                # The SDK's text here names no cause; the wait that saw the stream die did. A stream whose
+                # reconnects were refused must read as a concurrency reject (back off), not as poison.
+                raise ConcurrencyRejectedError(
+                    f"{context}: the service refused this stream's reconnects ({failure}); nothing was sent",
+                    code=failure.code,
+                ) from exc
+            raise transport_error(exc, context) from exc
+        with self._watch:  # taken once queued: a submit held back by the in-flight cap is not pending yet
+            self._unacked[offset] = (batch.num_rows, time.monotonic())
+        return offset
+
+    @property
+    def recoveries(self) -> int:
+        """SDK reconnects observed inside this stream (a lower bound without a headers provider)."""
+        return self._recoveries
+
+    @property
+    def rows_possibly_resent(self) -> int:
+        """Rows of batches pending when a reconnect was observed: the SDK replayed them, maybe twice."""
+        return self._rows_possibly_resent
+
+    def note_reconnect(self) -> None:
+        """One SDK reconnect happened now (called by the per-stream headers provider)."""
+        with self._watch:
+            self._note_replay_locked()
+
+    def _note_replay_locked(self) -> None:
+        self._recoveries += 1
+        fresh = [rows for offset, (rows, _) in self._unacked.items() if offset > self._resent_through]
+        self._rows_possibly_resent += sum(fresh)
+        if self._unacked:
+            self._resent_through = max(self._resent_through, *self._unacked)
+
+    def _durable_through(self, offset: int, first_wait: float) -> None:
+        """``offset`` was acknowledged just now, after a wait that started at ``first_wait``.
+
+        If the wait blocked, the acknowledgement arrived while it did, so ``offset`` stayed pending
+        from its submit until now; longer than the lack-of-ack timeout means the SDK reconnected (the
+        oldest pending batch, submitted no later, passed its deadline).
+        """
+        now = time.monotonic()
+        with self._watch:
+            entry = self._unacked.get(offset)
+            pending_since = first_wait if entry is None else entry[1]
+            blocked = now - first_wait > _BLOCKED_S
+            if self._stall_s is not None and blocked and now - pending_since > self._stall_s:
+                self._note_replay_locked()
+            for done in range(self._acked_through + 1, offset + 1):
+                self._unacked.pop(done, None)
+            self._acked_through = max(self._acked_through, offset)
+            for waited in [o for o in self._first_wait if o <= offset]:
+                del self._first_wait[waited]
 
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``batch`` labelled with the stream's exact schema, which is all the SDK accepts."""
@@ -201,11 +294,18 @@ class SdkStream:
         return pa.RecordBatch.from_arrays(batch.columns, schema=stream)
 
     def wait_for_offset(self, offset: int) -> None:
+        # Measured from the first wait for this offset: a timed-out wait the ack lane retries is one stall.
+        with self._watch:
+            first_wait = self._first_wait.setdefault(offset, time.monotonic())
         try:
             self._inner.wait_for_offset(offset)
         except Exception as exc:
             context = f"wait for offset {offset} on {self._table} (stream {self._id})"
-            raise transport_error(exc, context) from exc
+            error = transport_error(exc, context)
+            if error.error_class is not ErrorClass.TRANSIENT and self._failure is None:
+                self._failure = error
+            raise error from exc
+        self._durable_through(offset, first_wait)
 
     def flush(self) -> None:
         try:
@@ -238,6 +338,39 @@ class SdkStream:
             return list(self._inner.get_unacked_batches())
         except Exception as exc:
             raise transport_error(exc, f"unacked batches of {self._table} (stream {self._id})") from exc
+
+
+_counting_class: type | None = None
+
+
+def counting_headers_provider(inner: Any) -> Any:
+    """A per-stream ``HeadersProvider`` around ``inner`` that reports each connection after the open.
+
+    The SDK asks for headers on every connection attempt, reconnects included (measured against
+    1.10.0), so once ``on_connect`` is set, each call is one reconnect of that stream.
+    """
+    global _counting_class
+    if _counting_class is None:
+        from zerobus.sdk.shared import HeadersProvider
+
+        class CountingHeadersProvider(HeadersProvider):  # type: ignore[misc]
+            def __init__(self, wrapped: Any) -> None:
+                super().__init__()
+                self.wrapped = wrapped
+                self.on_connect: Callable[[], None] | None = None
+
+            def get_headers(self) -> list[tuple[str, str]]:
+                if self.on_connect is not None:
+                    self.on_connect()
+                return list(self.wrapped.get_headers())
+
+            def invalidate(self) -> None:
+                hook = getattr(self.wrapped, "invalidate", None)
+                if callable(hook):
+                    hook()
+
+        _counting_class = CountingHeadersProvider
+    return _counting_class(inner)
 
 
 class SdkTransport:
@@ -298,11 +431,11 @@ class SdkTransport:
 
     def open_stream(self, table: str, schema: pa.Schema) -> SdkStream:
         options = arrow_stream_options(self._options)
+        counting: Any | None = None
         try:
             if self._headers_provider is not None:
-                inner = self._sdk.create_arrow_stream_with_headers_provider(
-                    table, schema, self._headers_provider, options
-                )
+                counting = counting_headers_provider(self._headers_provider)
+                inner = self._sdk.create_arrow_stream_with_headers_provider(table, schema, counting, options)
             else:
                 assert self._client_id is not None and self._client_secret is not None
                 inner = self._sdk.create_arrow_stream(
@@ -310,7 +443,14 @@ class SdkTransport:
                 )
         except Exception as exc:
             raise transport_error(exc, f"open stream for {table}") from exc
-        return SdkStream(table, inner, schema)
+        sdk_options = self._options
+        # A counted provider sees every reconnect, stalls included: inferring them too would count twice.
+        infer = sdk_options.recovery and counting is None
+        ack_timeout_s = sdk_options.server_lack_of_ack_timeout_ms / 1000 if infer else None
+        stream = SdkStream(table, inner, schema, ack_timeout_s=ack_timeout_s)
+        if counting is not None:
+            counting.on_connect = stream.note_reconnect  # calls so far were the open's own attempts
+        return stream
 
     def close(self) -> None:
         """Streams own their connections (Arrow streams never share one); nothing transport-wide to free."""

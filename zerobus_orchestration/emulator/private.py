@@ -1,0 +1,111 @@
+"""Owner-only state of the embedded emulator, and the per-warehouse client secret.
+
+The emulator's HTTP and gRPC ports listen on loopback, where every local user can reach them, so the
+credential that gets a token must not be the well-known default of ``EmulatorConfig.client_secret``.
+Unless the config names another secret, the first process to start an emulator for a warehouse
+generates one into ``<state>/emulator.secret`` (0600); later processes of the same warehouse (the
+shared daemon and its clients) read it back, so they agree without the secret ever travelling on argv
+or into a log. The state folder holding it, the WAL and the advertisement is made owner-only (0700).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from zerobus_orchestration.config import EmulatorConfig, ZerobusConfig
+from zerobus_orchestration.errors import ConfigError
+
+SECRET_FILE = "emulator.secret"
+WELL_KNOWN_SECRET = EmulatorConfig.model_fields["client_secret"].default.get_secret_value()
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` created if needed and made owner-only (it holds the secret, the WAL or the advert)."""
+    path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+    if path.stat().st_mode & 0o777 != PRIVATE_DIR_MODE:
+        os.chmod(path, PRIVATE_DIR_MODE)
+    return path
+
+
+def private_state(state: Path) -> Path:
+    """The state folder made owner-only, with the files directly in it (SQLite catalogs and coverage,
+    lock, log) tightened to 0600: files created later are still behind the folder's 0700."""
+    private_dir(state)
+    for entry in state.iterdir():
+        with contextlib.suppress(OSError):  # vanished meanwhile, or not ours: the folder still guards it
+            if entry.is_file() and not entry.is_symlink() and entry.stat().st_mode & 0o077:
+                os.chmod(entry, PRIVATE_FILE_MODE)
+    return state
+
+
+def open_private(path: Path, flags: int) -> int:
+    """``os.open`` creating ``path`` owner-only (0600 whatever the umask); an existing file is tightened."""
+    fd = os.open(path, flags | os.O_CREAT, PRIVATE_FILE_MODE)
+    if os.fstat(fd).st_mode & 0o777 != PRIVATE_FILE_MODE:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+    return fd
+
+
+def warehouse_secret(state: Path) -> SecretStr:
+    """The client secret of the warehouse whose state folder is ``state``, generated on first use.
+
+    Creation is atomic (written to a private temporary file, then hard-linked into place), so two
+    processes starting at once both end with the winner's secret.
+    """
+    private_state(state)
+    path = state / SECRET_FILE
+    existing = _read_secret(path)
+    if existing is not None:
+        return existing
+    tmp = state / f".{SECRET_FILE}.{os.getpid()}.tmp"
+    fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, secrets.token_urlsafe(32).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:  # another process won the race: use its secret
+        pass
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    found = _read_secret(path)
+    if found is None:
+        raise ConfigError(f"the emulator secret {path} is empty: delete it and start again")
+    return found
+
+
+def _read_secret(path: Path) -> SecretStr | None:
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None
+    if path.stat().st_mode & 0o077:
+        os.chmod(path, PRIVATE_FILE_MODE)
+    return SecretStr(text) if text else None
+
+
+def emulator_state_dir(config: ZerobusConfig) -> Path:
+    """``config.state_path`` made absolute (as the runtime resolves it)."""
+    return Path(os.path.abspath(config.state_path.removeprefix("file://")))
+
+
+def with_warehouse_secret(config: ZerobusConfig) -> ZerobusConfig:
+    """``config`` whose emulator secret is the warehouse's own instead of the well-known default.
+
+    A secret set explicitly in the config (anything but the default) is kept: its owner chose it.
+    """
+    if config.emulator.client_secret.get_secret_value() != WELL_KNOWN_SECRET:
+        return config
+    secret = warehouse_secret(emulator_state_dir(config))
+    emulator = config.emulator.model_copy(update={"client_secret": secret})
+    return config.model_copy(update={"emulator": emulator})
