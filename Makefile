@@ -25,6 +25,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check --quiet $(PY_DIRS)
+	$(BIN)/lint-imports --no-logo  # the layering contracts in .importlinter
 
 typecheck: $(STAMP)
 	$(BIN)/mypy zerobus_orchestration dagster_defs airflow_provider
@@ -44,4 +45,4 @@ proto: $(STAMP)
 		$(PROTO_DIR)/zerobus_service.proto $(PROTO_DIR)/flight.proto
 
 clean:
-	rm -rf $(VENV) .zerobus .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .zerobus .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from zerobus_orchestration.catalog.gate import CatalogGate
+from zerobus_orchestration.catalog.catalog_gate import CatalogGate
 from zerobus_orchestration.catalog.local import LocalCatalog
 from zerobus_orchestration.config import EmulatorConfig, PoolConfig, SdkStreamOptions
 from zerobus_orchestration.coverage import CoverageStore

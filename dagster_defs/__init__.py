@@ -38,6 +38,9 @@ from dagster_defs.io_manager import (
 from dagster_defs.io_manager import (
     ZerobusPolarsIOManager as ZerobusPolarsIOManager,
 )
+from dagster_defs.metadata import (
+    column_schema_from_arrow as column_schema_from_arrow,
+)
 from dagster_defs.naming import (
     contract_key_for as contract_key_for,
 )

@@ -10,7 +10,7 @@
   runtime's ``preconditions(table)``, which re-reads the table every time. A failed check names what is
   unmet and stops every asset that ``deps=[contract.key]`` — that is, the write.
 
-Blocking checks gate only downstream steps (reference/dagster.md §3.2), so the contract and its checks
+Blocking checks gate only downstream steps (docs/architecture.md#dagster), so the contract and its checks
 must be in the run's selection: ``build_zerobus_definitions`` puts them in its job; with
 ``dg.materialize`` pass ``[*contract.definitions, data_asset]``.
 
@@ -367,8 +367,7 @@ def build_readback_check(
     """
     from dagster_defs.metadata import report_metadata
     from dagster_defs.sensors import WriteTarget, nothing_to_verify_verdict
-    from zerobus_orchestration.errors import ReadbackError
-    from zerobus_orchestration.runtime import NothingToVerifyError
+    from zerobus_orchestration.errors import NothingToVerifyError, ReadbackError
 
     key = dg.AssetKey.from_coercible(asset_key)
 
@@ -387,7 +386,9 @@ def build_readback_check(
         if materialization is None or target is None:
             return dg.AssetCheckResult(passed=False, description="no Zerobus materialisation to verify yet")
         try:
-            report = zerobus.runtime.readback(target.table, source=target.source, partition=target.partition)
+            report = zerobus.runtime.verify_readback(
+                target.table, source=target.source, partition=target.partition
+            )
         except NothingToVerifyError:
             # Same judgement as the read-back sensor: an empty write passes, a write with rows fails.
             passed, why = nothing_to_verify_verdict(target, materialization.metadata)

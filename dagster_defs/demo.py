@@ -1,4 +1,4 @@
-"""The Dagster half of ``zerobus-orch demo``: the quickstart example materialised in process.
+"""The Dagster flavour of ``zerobus-orch demo``: the quickstart (``dagster_defs.quickstart``) in process.
 
 Steps: contract asset (catalog reconcile) -> blocking primary-raw checks -> ``raw/orders`` streamed through
 the IO manager (returns once durable) -> the read-back sensor ticked through ``dg.build_sensor_context``
@@ -7,10 +7,14 @@ until Iceberg shows every row -> the derived ``analytics/daily_order_totals`` co
 Every number returned is measured: rows and throughput from the write's metadata, checks from the
 check evaluations, ``iceberg_lag_s`` from the durable write to the sensor's first verified tick.
 The runtime is left open (the caller owns the process; ``close_all_runtimes`` or exit closes it).
+
+The core finds ``run_dagster_demo`` through the ``zerobus_orchestration.demos`` entry point that
+pyproject.toml registers, so the core never imports this adapter.
 """
 
 import time
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import dagster as dg
@@ -20,22 +24,18 @@ from dagster_defs.metadata import metadata_value
 from dagster_defs.resource import ZerobusResource
 from dagster_defs.sensors import build_readback_sensor
 from zerobus_orchestration.config import ZerobusConfig
+from zerobus_orchestration.retry import Backoff, poll_until
 
 Progress = Callable[[str], None]
 # The demo reports its own progress; Dagster's per-event DEBUG lines would bury it.
 _QUIET = {"console": {"config": {"log_level": "WARNING"}}}
 
 
-def load_quickstart() -> Any:
-    """The quickstart's assets module; ``ModuleNotFoundError`` where ``examples`` is not importable.
+def load_quickstart() -> ModuleType:
+    """The quickstart module (``dagster_defs.quickstart``, shipped in the wheel)."""
+    from dagster_defs import quickstart
 
-    The example lives in the repository's examples/ package (importable from a checkout or an editable
-    install, not shipped in the wheel); imported lazily so dagster_defs itself never depends on it, and
-    ``zerobus-orch demo`` falls back to the core demo when it is missing.
-    """
-    from examples.dagster_quickstart import assets
-
-    return assets
+    return quickstart
 
 
 def _metadata(result: dg.ExecuteInProcessResult, node: str) -> dict[str, Any]:
@@ -57,8 +57,9 @@ def _wait_for_readback(
     """Tick the sensor until it reports a verified read-back; (observation metadata, ticks)."""
     cursor: str | None = None
     ticks = 0
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
+
+    def tick() -> dict[str, Any] | None:
+        nonlocal cursor, ticks
         ticks += 1
         with dg.build_sensor_context(
             instance=instance, cursor=cursor, resources={"zerobus": resource}
@@ -68,11 +69,13 @@ def _wait_for_readback(
             cursor = outcome.cursor or cursor
             for event in outcome.asset_events or []:
                 if isinstance(event, dg.AssetObservation):
-                    return {k: metadata_value(event.metadata, k) for k in event.metadata}, ticks
+                    return {k: metadata_value(event.metadata, k) for k in event.metadata}
         elif isinstance(outcome, dg.SkipReason) and ticks == 1:
             say(f"read-back sensor: {outcome.skip_message}")
-        time.sleep(poll_s)
-    return None, ticks
+        return None
+
+    observed = poll_until(tick, timeout_s=deadline_s, backoff=Backoff(poll_s, poll_s, multiplier=1.0))
+    return observed, ticks
 
 
 def run_dagster_demo(cfg: ZerobusConfig, rows: int, progress: Progress | None = None) -> dict[str, Any]:

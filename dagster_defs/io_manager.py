@@ -1,7 +1,8 @@
 """``ZerobusIOManager``: asset outputs appended to Delta tables through Zerobus, inputs read back via Iceberg.
 
 A plain ``ConfigurableIOManagerFactory``, not ``DbIOManager``: Zerobus is append-only and write-only,
-so there is no delete-then-write and no read through the same connection (reference/dagster.md §2.3).
+so there is no delete-then-write and no read through the same connection
+(docs/adr/0001-append-only-semantics.md).
 Naming follows the DB IO managers (see ``naming.py``).
 
 ``handle_output`` is the durability barrier: it returns only after the last batch of the output is
@@ -287,8 +288,8 @@ class ZerobusIO(dg.IOManager):
         rt = self._zerobus.runtime
         if self._wait_for_readback:
             # Iceberg metadata lags the Delta commit; block until the upstream's rows are visible.
-            rt.readback(ref.full_name, source=source_for(key))
-        table = rt.read_back(ref.full_name)
+            rt.verify_readback(ref.full_name, source=source_for(key))
+        table = rt.read_rows(ref.full_name)
         table = self._select(context, table, options, where=where)
         return handler.from_arrow(table, load_type)
 

@@ -14,7 +14,7 @@ import dagster as dg
 import pyarrow as pa
 
 from zerobus_orchestration.reserved import is_reserved
-from zerobus_orchestration.types import delta_type
+from zerobus_orchestration.type_map import delta_type
 
 # Keys shared by the IO manager (writer) and the read-back sensor (reader).
 KEY_TABLE = "zerobus/table"
@@ -129,7 +129,12 @@ def metadata_value(metadata: Mapping[str, Any], key: str) -> Any:
 
 def report_metadata(report: Any) -> dict[str, Any]:
     """Flat ``readback/*`` metadata of a ``ReadbackReport`` (JSON-able values only)."""
-    data = report.as_dict() if hasattr(report, "as_dict") else dict(vars(report))
+    if hasattr(report, "as_dict"):
+        data = report.as_dict()
+    elif isinstance(report, Mapping):  # ``ReadbackOutcome.report``: the report already as a dict
+        data = dict(report)
+    else:
+        data = dict(vars(report))
     out: dict[str, Any] = {}
     for key, value in data.items():
         if isinstance(value, bool | int | float | str) or value is None:

@@ -8,7 +8,7 @@ therefore shares one pool; the registry closes it at process exit (atexit + mult
 under every executor.
 
 No ``from __future__ import annotations`` here: Dagster resolves resource annotations at runtime and
-``configure_at_launch`` nested resources break with string annotations (reference/dagster.md §8.2).
+``configure_at_launch`` nested resources break with string annotations (docs/architecture.md#dagster).
 """
 
 import json

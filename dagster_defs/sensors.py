@@ -2,7 +2,8 @@
 
 Per tick, for every monitored asset, the materialisations after the cursor are taken in order. Each one
 names its coverage (``zerobus/table``, ``zerobus/source``, ``zerobus/partition`` metadata, written by the
-IO manager). One non-blocking ``runtime.readback_once`` per materialisation:
+IO manager). One non-blocking ``runtime.verify_readback_once`` per materialisation, whose
+``ReadbackStatus`` (decided in the core, not here) says what to do:
 
 - not visible yet (Iceberg metadata lags the Delta commit): the asset's cursor stays where it is, so the
   next tick tries again; the tick returns ``SkipReason`` naming what it waits for;
@@ -23,7 +24,8 @@ IO manager). One non-blocking ``runtime.readback_once`` per materialisation:
   waits for the rows.
 
 The sensor never raises to retry (a raised tick is a failure and loses nothing but also saves nothing):
-read-back errors are reported in the skip reason and retried next tick.
+a failed read-back (``UNAVAILABLE`` or ``FAILED``) is reported in the skip reason and retried next tick,
+since the cursor must not move past a write nobody verified; a ``FAILED`` one says a fix is needed.
 """
 
 import json
@@ -37,7 +39,7 @@ import dagster as dg
 from dagster_defs.metadata import KEY_PARTITION, KEY_SOURCE, KEY_TABLE, metadata_value, report_metadata
 from dagster_defs.naming import RESUME_PARTITION_TAG, RESUME_SOURCE_TAG
 from dagster_defs.resource import ZerobusResource
-from zerobus_orchestration.runtime import NothingToVerifyError
+from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
 
 RECOVERY_TAG = "zerobus/recovery"
 
@@ -192,15 +194,30 @@ class ReadbackSensorSettings:
 
 
 def _events_for(
-    key: dg.AssetKey, target: WriteTarget, report: Any, lag_s: float, storage_id: int, check_name: str | None
+    key: dg.AssetKey,
+    target: WriteTarget,
+    outcome: ReadbackOutcome,
+    lag_s: float,
+    storage_id: int,
+    check_name: str | None,
 ) -> list[dg.AssetObservation | dg.AssetCheckEvaluation]:
-    verified = bool(report.verified)
+    verified = outcome.status.is_successful
     description = f"{target.table}: rows of {target.partition} " + (
         "visible and verified through Iceberg" if verified else "NOT all visible through Iceberg"
     )
-    return _readback_events(
-        key, target, report_metadata(report), verified, description, lag_s, storage_id, check_name
-    )
+    metadata = report_metadata(outcome.report or {})
+    return _readback_events(key, target, metadata, verified, description, lag_s, storage_id, check_name)
+
+
+def _attempt(zerobus: ZerobusResource, target: WriteTarget) -> ReadbackOutcome:
+    """One judged read-back attempt; a resource that cannot build its runtime is judged the same way."""
+    try:
+        runtime = zerobus.runtime
+    except Exception as exc:  # judged by the core, reported in the skip reason: never fail the tick
+        from zerobus_orchestration.readback.judge import outcome_of_error
+
+        return outcome_of_error(exc, target.table)
+    return runtime.verify_readback_once(target.table, source=target.source, partition=target.partition)
 
 
 def evaluate_tick(
@@ -212,7 +229,7 @@ def evaluate_tick(
     now: float | None = None,
 ) -> TickOutcome:
     """One sensor tick over ``settings.assets``; mutates ``cursor`` only past judged materialisations."""
-    outcome = TickOutcome()
+    tick = TickOutcome()
     at = time.time() if now is None else now
     for key in settings.assets:
         name = key.to_user_string()
@@ -231,32 +248,31 @@ def evaluate_tick(
                 state.verified = record.storage_id
                 continue
             lag_s = max(0.0, at - record.timestamp)
-            try:
-                report = zerobus.runtime.readback_once(
-                    target.table, source=target.source, partition=target.partition
-                )
-            except NothingToVerifyError:
+            outcome = _attempt(zerobus, target)
+            if outcome.status is ReadbackStatus.NOTHING_TO_VERIFY:
                 # Coverage precedes the materialisation event (handle_output returns once durable),
                 # so a later tick cannot find more: judge it now and move past it.
                 verdict = nothing_to_verify_verdict(
                     target, materialization.metadata if materialization else {}
                 )
-                outcome.events.extend(
+                tick.events.extend(
                     _unverifiable_events(key, target, verdict, lag_s, record.storage_id, settings.check_name)
                 )
                 state.verified = record.storage_id
                 continue
-            except Exception as exc:  # report and retry next tick; never fail the tick
-                outcome.waiting.append(f"{name}: read-back of {target.table} failed ({exc}); retrying")
+            if outcome.status in (ReadbackStatus.UNAVAILABLE, ReadbackStatus.FAILED):
+                # Report and retry next tick; never fail the tick, never move past an unverified write.
+                fix = "; fix needed" if outcome.status is ReadbackStatus.FAILED else ""
+                tick.waiting.append(f"{name}: read-back failed ({outcome.message}){fix}; retrying")
                 break
-            if report is None:
-                outcome.waiting.append(f"{name}: {target.table} not visible in Iceberg yet ({lag_s:.1f}s)")
+            if outcome.status is ReadbackStatus.NOT_VISIBLE_YET:
+                tick.waiting.append(f"{name}: {target.table} not visible in Iceberg yet ({lag_s:.1f}s)")
                 if (
                     settings.request_recovery
                     and lag_s > settings.max_lag_s
                     and state.recovery < record.storage_id
                 ):
-                    outcome.run_requests.append(
+                    tick.run_requests.append(
                         dg.RunRequest(
                             run_key=recovery_run_key(name, record.storage_id),
                             asset_selection=[key],
@@ -273,19 +289,19 @@ def evaluate_tick(
                     )
                     state.recovery = record.storage_id
                 break  # later materialisations of this asset wait behind this one
-            if not report.verified and lag_s <= settings.max_lag_s:
+            if outcome.status is ReadbackStatus.INCOMPLETE and lag_s <= settings.max_lag_s:
                 # Covered rows not all in the snapshot yet: Zerobus commits acknowledged rows
                 # asynchronously, so wait for them until max_lag_s before judging the write.
-                missing = sum(len(m.span) for m in report.missing_ranges)
-                outcome.waiting.append(
-                    f"{name}: {missing} delivered row(s) of {target.table} not visible yet ({lag_s:.1f}s)"
+                tick.waiting.append(
+                    f"{name}: {outcome.missing_rows} delivered row(s) of {target.table} not visible yet "
+                    f"({lag_s:.1f}s)"
                 )
                 break
-            outcome.events.extend(
-                _events_for(key, target, report, lag_s, record.storage_id, settings.check_name)
+            tick.events.extend(
+                _events_for(key, target, outcome, lag_s, record.storage_id, settings.check_name)
             )
             state.verified = record.storage_id
-    return outcome
+    return tick
 
 
 def build_readback_sensor(

@@ -11,3 +11,11 @@ for _var in ("NO_PROXY", "no_proxy", "no_grpc_proxy"):
 # A developer's own ZEROBUS_* settings must not leak into tests.
 for _var in [v for v in os.environ if v.startswith("ZEROBUS_")]:
     os.environ.pop(_var, None)
+
+# Shared fixtures load as plugins (never imported by module name); see tests/README.md.
+pytest_plugins = [
+    "zerobus_orchestration.testing.pytest_plugin",
+    "tests.support.airflow_env",
+    "tests.support.moto_fixtures",
+    "tests.support.uc_fixtures",
+]

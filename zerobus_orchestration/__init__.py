@@ -1,6 +1,109 @@
-"""zerobus-orchestration core: sink, pool, ack lane, catalog, coverage, read-back, emulator.
+"""zerobus-orchestration: write Arrow data into Databricks Delta tables through Zerobus.
 
-Kept light on import: the Airflow provider imports the core from every Airflow process.
+The names a library user needs are importable from here::
+
+    from zerobus_orchestration import acquire_runtime, load_config
+
+    runtime = acquire_runtime(load_config())
+    result = runtime.write("main.raw.orders", table, source="orders-job", partition="2026-11-30")
+    report = runtime.verify_readback("main.raw.orders", source="orders-job", partition="2026-11-30")
+
+Everything else (the pool, ack lanes, confirmations, catalog backends, the emulator) is an
+implementation detail that may change between releases; ``docs/architecture.md`` maps it and
+``docs/public-api.txt`` records this surface.
+
+Kept light on import (every Airflow process imports the core): the names resolve on first
+attribute access (``__getattr__``), so ``import zerobus_orchestration`` loads neither pyarrow nor
+the SDK. The ``TYPE_CHECKING`` imports below let type checkers and IDEs see the same names.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from zerobus_orchestration.config import ZerobusConfig, load_config
+    from zerobus_orchestration.errors import (
+        ConfigError,
+        PlanRefusedError,
+        PreconditionsUnmetError,
+        ReadbackTimeoutError,
+        ResumeMismatchError,
+        WriteBoundaryError,
+        ZerobusOrchestrationError,
+    )
+    from zerobus_orchestration.readback import ReadbackOutcome, ReadbackReport, ReadbackStatus
+    from zerobus_orchestration.runtime import (
+        WriteResult,
+        ZerobusRuntime,
+        acquire_runtime,
+        release_runtime,
+    )
+    from zerobus_orchestration.sink import CommitInfo, DeliveryFailedError, Receipt, ZerobusSink
+
 __version__ = "0.1.0"
+
+# Public name -> the module it is imported from; tests/unit/test_public_api.py checks it against ``__all__``.
+_EXPORTS: dict[str, str] = {
+    # configuration
+    "ZerobusConfig": "zerobus_orchestration.config",
+    "load_config": "zerobus_orchestration.config",
+    # the per-process runtime: write, sink, read-back
+    "ZerobusRuntime": "zerobus_orchestration.runtime",
+    "acquire_runtime": "zerobus_orchestration.runtime",
+    "release_runtime": "zerobus_orchestration.runtime",
+    "WriteResult": "zerobus_orchestration.runtime",
+    "ZerobusSink": "zerobus_orchestration.sink",
+    "Receipt": "zerobus_orchestration.sink",
+    "CommitInfo": "zerobus_orchestration.sink",
+    "ReadbackReport": "zerobus_orchestration.readback",
+    "ReadbackStatus": "zerobus_orchestration.readback",
+    "ReadbackOutcome": "zerobus_orchestration.readback",
+    # errors a caller branches on (every one derives from ZerobusOrchestrationError)
+    "ZerobusOrchestrationError": "zerobus_orchestration.errors",
+    "ConfigError": "zerobus_orchestration.errors",
+    "WriteBoundaryError": "zerobus_orchestration.errors",
+    "PlanRefusedError": "zerobus_orchestration.errors",
+    "PreconditionsUnmetError": "zerobus_orchestration.errors",
+    "DeliveryFailedError": "zerobus_orchestration.sink",
+    "ResumeMismatchError": "zerobus_orchestration.errors",
+    "ReadbackTimeoutError": "zerobus_orchestration.errors",
+}
+
+__all__ = [
+    "CommitInfo",
+    "ConfigError",
+    "DeliveryFailedError",
+    "PlanRefusedError",
+    "PreconditionsUnmetError",
+    "ReadbackOutcome",
+    "ReadbackReport",
+    "ReadbackStatus",
+    "ReadbackTimeoutError",
+    "Receipt",
+    "ResumeMismatchError",
+    "WriteBoundaryError",
+    "WriteResult",
+    "ZerobusConfig",
+    "ZerobusOrchestrationError",
+    "ZerobusRuntime",
+    "ZerobusSink",
+    "__version__",
+    "acquire_runtime",
+    "load_config",
+    "release_runtime",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # resolve once; later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

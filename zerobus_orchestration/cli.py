@@ -163,6 +163,9 @@ def serve(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the local Zerobus emulator in the foreground; print endpoint, token URL and Iceberg REST URL."""
+    from zerobus_orchestration.embedded import require_emulator
+
+    require_emulator()  # names the extra to install, instead of failing on a missing grpc
     from zerobus_orchestration.emulator.faults import load_faults
     from zerobus_orchestration.emulator.serve import run
 
@@ -239,7 +242,9 @@ def readback(
     cfg = resolve_config(config, warehouse)
     try:
         runtime = acquire_runtime(cfg)
-        report = runtime.readback(table, source=source, partition=partition, wait_s=wait, force=force or None)
+        report = runtime.verify_readback(
+            table, source=source, partition=partition, wait_s=wait, force=force or None
+        )
     finally:
         close_all_runtimes()
     summary = report.as_dict()
@@ -264,9 +269,9 @@ app.add_typer(emulator_app)
 
 
 def _emulator_paths(cfg: ZerobusConfig) -> tuple[str, Path]:
-    from zerobus_orchestration.catalog.commands import absolute_state_dir, absolute_warehouse
+    from zerobus_orchestration.locations import absolute_state_dir, absolute_warehouse
 
-    return absolute_warehouse(cfg.warehouse), Path(absolute_state_dir(cfg)) / "wal"
+    return absolute_warehouse(cfg.warehouse), absolute_state_dir(cfg) / "wal"
 
 
 @emulator_app.command("status")

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from zerobus_orchestration.errors import ConfigError
+from zerobus_orchestration.locations import is_local, local_path
 
 ENV_PREFIX = "ZEROBUS_"
 # ZEROBUS_* variables that are not settings (ZEROBUS_DEBUG: the CLI prints tracebacks).
@@ -88,7 +89,10 @@ class PoolConfig(_Model):
 
 
 class SdkStreamOptions(_Model):
-    """The official SDK's Arrow stream options (zerobus-protocol.md §5.7); SDK defaults."""
+    """The official SDK's Arrow stream options, with the SDK's defaults.
+
+    The defaults are listed in docs/architecture.md#the-zerobus-service-and-the-official-sdk.
+    """
 
     recovery: bool = True
     recovery_timeout_ms: int = Field(15_000, gt=0)
@@ -261,7 +265,7 @@ class ZerobusConfig(_Model):
 
     @property
     def local_warehouse(self) -> bool:
-        return "://" not in self.warehouse or self.warehouse.startswith("file://")
+        return is_local(self.warehouse)
 
     @property
     def state_path(self) -> str:
@@ -269,7 +273,7 @@ class ZerobusConfig(_Model):
         if self.state_dir:
             return self.state_dir
         if self.local_warehouse:
-            return str(Path(self.warehouse.removeprefix("file://")) / STATE_DIR_NAME)
+            return str(Path(local_path(self.warehouse)) / STATE_DIR_NAME)
         digest = hashlib.sha256(self.warehouse.encode()).hexdigest()[:16]
         return str(Path(DEFAULT_STATE_ROOT) / digest)
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -41,7 +40,9 @@ from zerobus_orchestration import intervals
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.digest import RangeDigest
 from zerobus_orchestration.errors import ConfigError
+from zerobus_orchestration.locations import is_local, local_path
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
+from zerobus_orchestration.retry import Backoff, poll_until
 from zerobus_orchestration.tables import TableName
 
 SCHEMA_VERSION = 2
@@ -97,17 +98,31 @@ _TABLE_FILTER = "table_catalog = ? AND table_schema = ? AND table_name = ?"
 _KEY_FILTER = f"{_TABLE_FILTER} AND sink = ? AND source = ? AND partition_key = ?"
 
 
+def source_tag(source: str, partition: str = "") -> str:
+    """The ``_twg_source`` value of a write (and its coverage key's source): the source, qualified by its
+    partition when it has one.
+
+    Rows carry no partition column, so two partitions of one source must differ in ``_twg_source``
+    for read-back to tell their row positions apart. A source containing ``[`` is refused: source
+    ``a[b]`` would be indistinguishable from source ``a`` with partition ``b``.
+    """
+    if "[" in source:
+        raise ConfigError(
+            f"source {source!r} contains '[', which starts the partition suffix in _twg_source "
+            "(source[partition]); fix: rename the source, and pass any partition as partition="
+        )
+    return f"{source}[{partition}]" if partition else source
+
+
 def coverage_path(location: str | os.PathLike[str]) -> Path:
     """The local file behind a coverage location; refuses object-store URIs SQLite cannot lock."""
     text = os.fspath(location)
-    if text.startswith("file://"):
-        text = text[len("file://") :]
-    elif "://" in text:
+    if not is_local(text):
         raise ConfigError(
             f"coverage location {text!r} is not a local file: SQLite needs a local filesystem. "
             "Fix: set zerobus.coverage.location (ZEROBUS_COVERAGE__LOCATION) to a local path."
         )
-    return Path(text)
+    return Path(local_path(text))
 
 
 class CoverageStore:
@@ -356,6 +371,10 @@ def _configure(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
             )
 
 
+# Short first waits: a concurrent first opener holds the lock for milliseconds.
+_WAL_SWITCH_BACKOFF = Backoff(initial_s=0.005, max_s=0.25)
+
+
 def _enable_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
     """Switch the file to WAL (a persistent, one-time change), waiting out concurrent first openers.
 
@@ -363,21 +382,22 @@ def _enable_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
     locked`` at once, without calling the busy handler, when another connection (a sibling ack lane,
     another process) is opening the same new file. So retry here, with backoff, up to the busy timeout.
     """
-    deadline = time.monotonic() + busy_timeout_s
-    delay = 0.005
-    while True:
+    contended: list[sqlite3.OperationalError] = []
+
+    def switched() -> bool | None:
         try:
             (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
             if str(mode).lower() != "wal":
                 conn.execute("PRAGMA journal_mode = WAL")
-            return
+            return True
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) and "busy" not in str(exc):
                 raise
-            if time.monotonic() + delay > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.25)
+            contended[:] = [exc]
+            return None
+
+    if poll_until(switched, timeout_s=busy_timeout_s, backoff=_WAL_SWITCH_BACKOFF) is None:
+        raise contended[-1]  # still locked at the busy timeout: SQLite's own error, as before
 
 
 def _parse_runs(text: str) -> tuple[OffsetRange, ...]:

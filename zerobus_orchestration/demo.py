@@ -1,11 +1,12 @@
 """``zerobus-orch demo``: the main job on the embedded default, and a report of what it measured.
 
-With the ``dagster`` extra installed (``make demo`` installs everything) the demo materialises the
-Dagster quickstart in process: contract asset (catalog reconcile) -> blocking primary-raw checks ->
+The demo runs downward: an adapter that wants to run it registers a flavour under the
+``zerobus_orchestration.demos`` entry-point group (``dagster_defs`` registers ``dagster``, the Dagster
+quickstart materialised in process: contract asset (catalog reconcile) -> blocking primary-raw checks ->
 ``rows`` orders streamed through the IO manager, the official SDK and the embedded emulator -> the
-read-back sensor ticked until Iceberg shows every row. Without Dagster, or without the quickstart
-(it lives in the repository's ``examples/`` package, which the wheel does not ship), it runs the same
-data path through the runtime directly. Every number in the summary is measured, never assumed; ``verified``
+read-back sensor ticked until Iceberg shows every row), and this module runs the first one that loads.
+Without one (no ``dagster`` extra installed) it runs the same data path through the runtime directly.
+The core never imports an adapter. Every number in the summary is measured, never assumed; ``verified``
 is true only when read-back found every delivered row.
 """
 
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from importlib.metadata import entry_points
 from typing import Any
 
 import pyarrow as pa
@@ -28,6 +30,9 @@ CORE_SOURCE = "zerobus-orch/demo"
 BATCH_ROWS = 50_000
 
 Say = Callable[[str], None]
+# Adapters register their demo flavour here (pyproject.toml); the core looks it up, never imports it.
+DEMO_ENTRY_POINTS = "zerobus_orchestration.demos"
+DemoFlavour = Callable[[ZerobusConfig, int, Say], dict[str, Any]]
 
 
 def run_demo(cfg: ZerobusConfig, rows: int, progress: bool) -> dict[str, Any]:
@@ -51,23 +56,21 @@ def run_demo(cfg: ZerobusConfig, rows: int, progress: bool) -> dict[str, Any]:
     return summary
 
 
-def _dagster_demo(say: Say) -> Callable[[ZerobusConfig, int, Say], dict[str, Any]] | None:
-    """``run_dagster_demo`` when both the ``dagster`` extra and the quickstart example import, else None."""
-    try:
-        from dagster_defs.demo import load_quickstart, run_dagster_demo
-    except ImportError as exc:  # no dagster extra
-        say(f"Dagster is not installed ({exc}); running the core data path")
-        return None
-    try:
-        load_quickstart()
-    except ModuleNotFoundError as exc:
-        # Only the example package itself being absent (a wheel install) selects the fallback; a
-        # broken import inside the example is a bug and must surface.
-        if exc.name not in ("examples", "examples.dagster_quickstart", "examples.dagster_quickstart.assets"):
-            raise
-        say(f"the Dagster quickstart is not importable ({exc}); running the core data path")
-        return None
-    return run_dagster_demo
+def _dagster_demo(say: Say) -> DemoFlavour | None:
+    """The ``dagster`` flavour registered under ``DEMO_ENTRY_POINTS``, or None when it cannot load.
+
+    Only an import failure (the adapter's orchestrator is not installed) selects the core demo; any
+    other error while loading the flavour is a bug and surfaces.
+    """
+    for entry in entry_points(group=DEMO_ENTRY_POINTS, name="dagster"):
+        try:
+            flavour: DemoFlavour = entry.load()
+        except ImportError as exc:
+            say(f"the {entry.name} demo is not importable ({exc}); running the core data path")
+            return None
+        return flavour
+    say("no Dagster demo is installed; running the core data path")
+    return None
 
 
 def run_core_demo(cfg: ZerobusConfig, rows: int, say: Say) -> dict[str, Any]:
@@ -78,7 +81,7 @@ def run_core_demo(cfg: ZerobusConfig, rows: int, say: Say) -> dict[str, Any]:
     result = runtime.write(CORE_TABLE, synthetic_batches(rows), source=CORE_SOURCE, partition=partition)
     durable_at = time.monotonic()
     say(f"core: {result.rows_written:,} rows durable; waiting for Iceberg")
-    report = runtime.readback(CORE_TABLE, source=CORE_SOURCE, partition=partition)
+    report = runtime.verify_readback(CORE_TABLE, source=CORE_SOURCE, partition=partition)
     conditions = runtime.preconditions(CORE_TABLE)
     return {
         "mode": "core",

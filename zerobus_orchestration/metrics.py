@@ -1,4 +1,4 @@
-"""Prometheus metrics of the sink (names are part of the interface; see DESIGN.md).
+"""Prometheus metrics of the sink (names are part of the interface; docs/runbook.md explains each).
 
 Everything here is updated from the ack lanes and the pool supervisor, never from ``push``: the
 ingest path only bumps plain integers. ``zerobus_ack_lane_poisoned_total`` (our stream died) and a

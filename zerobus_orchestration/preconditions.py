@@ -1,11 +1,11 @@
 """Primary-raw eligibility: may this table be the raw landing table read back through Iceberg?
 
 The predicates work over a ``TableState`` so every backend shares them: the local backend answers
-column mapping and UniForm as *emulated* (delta-rs cannot produce them, reference §1.2), the Unity
-backend passes the real properties and ``DESCRIBE DETAIL`` features. ``check_primary_raw`` re-reads the
-table on every call (never cached) and returns every condition, met or not, by name.
+column mapping and UniForm as *emulated* (delta-rs cannot produce them: docs/architecture.md#delta-rs),
+the Unity backend passes the real properties and ``DESCRIBE DETAIL`` features. ``check_primary_raw``
+re-reads the table on every call (never cached) and returns every condition, met or not, by name.
 
-They are checked, never repaired: the catalog gate (``catalog/gate.py``) re-checks them on the first
+They are checked, never repaired: the catalog gate (``catalog/catalog_gate.py``) re-checks them on the first
 batch of every write and on a timer for long-lived sinks, and refuses an unmet one with
 ``PreconditionsUnmetError`` naming the table, each condition and the fix (``require_conditions``).
 Only a table being created gets the properties, and only the operator's explicit repair
@@ -186,6 +186,7 @@ def require_conditions(table: str, conditions: Sequence[Condition]) -> list[Cond
             + ". Nothing was sent, and the table is not set back automatically. "
             + repair_hint(table, missing),
             [c.name for c in missing],
+            table=table,
         )
     return list(conditions)
 

@@ -35,9 +35,9 @@ import pyarrow.compute as pc
 
 from zerobus_orchestration import intervals
 from zerobus_orchestration.digest import RangeDigest
-from zerobus_orchestration.errors import ResumeMismatchError, ZerobusOrchestrationError
+from zerobus_orchestration.errors import ResumeInputError, ResumeMismatchError
 from zerobus_orchestration.ranges import OffsetRange
-from zerobus_orchestration.resume_check import ContentChecker, Mismatch
+from zerobus_orchestration.resume_check import ContentChecker, _Mismatch
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +46,6 @@ HOLD_BACK_ROWS = 1_000_000
 
 # pyarrow is untyped (Any) here, so the alias is spelled out for readers rather than for mypy.
 BatchSource: TypeAlias = "Iterable[pa.RecordBatch] | pa.RecordBatchReader | pa.Table"
-
-
-class ResumeInputError(ZerobusOrchestrationError, ValueError):
-    """The input cannot be positioned (declared offset column missing, not integer, null, negative)."""
 
 
 class ResumeSlice(NamedTuple):
@@ -151,7 +147,7 @@ def _checked(
                 yield piece
             held, held_rows = [], 0
         checker.finish()
-    except Mismatch as mismatch:
+    except _Mismatch as mismatch:
         raise mismatch_error(
             mismatch, checker, table=table, source=source, partition=partition, sent=sent
         ) from None
@@ -163,7 +159,7 @@ def _checked(
 
 
 def mismatch_error(
-    mismatch: Mismatch,
+    mismatch: _Mismatch,
     checker: ContentChecker,
     *,
     table: str | None,
@@ -253,25 +249,33 @@ def _offsets(batch: pa.RecordBatch, column: str, table: str | None) -> pa.Array:
     if column not in batch.schema.names:
         raise ResumeInputError(
             f"{where}: the declared offset column is not in the input (columns: {batch.schema.names}). "
-            "Fix: declare the column that carries each row's offset, or resume positionally."
+            "Fix: declare the column that carries each row's offset, or resume positionally.",
+            table=table,
+            column=column,
         )
     values = batch.column(column)
     if not pa.types.is_integer(values.type):
         raise ResumeInputError(
             f"{where}: offset column has type {values.type}, resume needs an integer column. "
-            "Fix: cast the offsets to int64 before resuming."
+            "Fix: cast the offsets to int64 before resuming.",
+            table=table,
+            column=column,
         )
     if values.null_count:
         raise ResumeInputError(
             f"{where}: {values.null_count} row(s) have a null offset, so their coverage is unknowable. "
-            "Fix: fill every offset, or resume positionally."
+            "Fix: fill every offset, or resume positionally.",
+            table=table,
+            column=column,
         )
     offsets = pc.cast(values, pa.int64())
     lowest = pc.min(offsets).as_py()
     if lowest < 0:
         raise ResumeInputError(
             f"{where}: offset {lowest} is negative; coverage positions start at 0. "
-            "Fix: shift the offsets so the first is 0 or more."
+            "Fix: shift the offsets so the first is 0 or more.",
+            table=table,
+            column=column,
         )
     return offsets
 

@@ -29,7 +29,7 @@ from zerobus_orchestration.ranges import OffsetRange
 log = logging.getLogger(__name__)
 
 
-class Mismatch(Exception):
+class _Mismatch(Exception):
     """Internal: the range whose rows differ, and how (turned into ``ResumeMismatchError``)."""
 
     def __init__(self, span: OffsetRange, detail: str) -> None:
@@ -109,7 +109,7 @@ class ContentChecker:
 
     def feed(self, batch: pa.RecordBatch, start: int, offsets: pa.Array | None) -> None:
         """One input batch: its first row is at position ``start`` (positional) or ``offsets`` gives
-        every row's position. Raises ``Mismatch``."""
+        every row's position. Raises ``_Mismatch``."""
         if not self._remaining or batch.num_rows == 0:
             return
         if offsets is None:
@@ -125,7 +125,7 @@ class ContentChecker:
                 continue
             span, expected = entry.digest.span, entry.digest.rows
             if self.offset_column is None:
-                raise Mismatch(
+                raise _Mismatch(
                     span,
                     f"the input has only {span.start + entry.rows} row(s) but positions [{span.start}, "
                     f"{span.end}) were delivered",
@@ -184,7 +184,7 @@ class ContentChecker:
             entry.pieces.append(batch.filter(pa.array(inside)))
             entry.rows += hits
             if entry.rows > entry.digest.rows:
-                raise Mismatch(
+                raise _Mismatch(
                     entry.digest.span,
                     f"the input holds {entry.rows} row(s) at offsets delivered as {entry.digest.rows} row(s)",
                 )
@@ -195,12 +195,12 @@ class ContentChecker:
         try:
             actual = rows_digest(entry.pieces, self.offset_column)
         except pa.ArrowInvalid as exc:  # the range's rows come from batches with other columns or types
-            raise Mismatch(entry.digest.span, f"their columns differ between input batches ({exc})") from exc
+            raise _Mismatch(entry.digest.span, f"their columns differ between input batches ({exc})") from exc
         entry.pieces = []  # the range is settled either way: free its rows
         entry.done = True
         self._remaining -= 1
         if actual != entry.digest.digest:
-            raise Mismatch(entry.digest.span, "their content differs from what was delivered there")
+            raise _Mismatch(entry.digest.span, "their content differs from what was delivered there")
         self.verified += 1
 
 

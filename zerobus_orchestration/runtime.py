@@ -11,57 +11,48 @@ per-process registry, keyed by pid and config hash, refcounted). It owns:
 - read-back through the Iceberg REST catalog.
 
 Correctness never depends on shutdown hooks: ``write`` returns only after the last batch is durable.
-The hooks (``atexit`` plus ``multiprocessing.util.Finalize``, which also runs in forked children
-that leave through ``os._exit``) only drain streams that a caller left unflushed.
+The hooks of the registry (``registry.py``) only drain streams that a caller left unflushed. Starting
+the emulator and building the transport to it is the embedded mode's (``embedded.py``).
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import logging
-import multiprocessing.util
-import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 
+from zerobus_orchestration import embedded
 from zerobus_orchestration.catalog.base import DesiredTable, ReconcileOutcome, TableCatalog, TableTags
-from zerobus_orchestration.catalog.commands import absolute_state_dir, absolute_warehouse, catalog_from_config
-from zerobus_orchestration.catalog.gate import CatalogGate
+from zerobus_orchestration.catalog.catalog_gate import CatalogGate
+from zerobus_orchestration.catalog.commands import catalog_from_config
 from zerobus_orchestration.catalog.plan import ReconcilePlan
 from zerobus_orchestration.config import Role, ZerobusConfig
 from zerobus_orchestration.contracts import ContractDescriptions
-from zerobus_orchestration.coverage import CoverageStore
-from zerobus_orchestration.emulator.handle import EmulatorHandle
-from zerobus_orchestration.errors import ConfigError, ReadbackError, ReadbackTimeoutError
+from zerobus_orchestration.coverage import CoverageStore, source_tag
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.preconditions import Condition, check_primary_raw
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
-from zerobus_orchestration.readback import (
-    IcebergEndpoint,
-    ReadbackReport,
-    VisibilityProbe,
-    WaitPolicy,
-    read_back,
-    verify_readback,
-)
+from zerobus_orchestration.readback.endpoint import IcebergEndpoint
+from zerobus_orchestration.readback.status import ReadbackOutcome
+from zerobus_orchestration.readback.verify import ReadbackReport
+from zerobus_orchestration.readback_service import ReadbackService
+from zerobus_orchestration.registry import ProcessRegistry
 from zerobus_orchestration.resume import resume_slices
 from zerobus_orchestration.sink.confirmation import LaneKind
 from zerobus_orchestration.sink.health import PoolHealth
 from zerobus_orchestration.sink.pool import StreamPool
 from zerobus_orchestration.sink.sink import ZerobusSink, is_in_memory
-from zerobus_orchestration.storage import CredentialCache, config_storage_options
+from zerobus_orchestration.storage import CredentialCache
 from zerobus_orchestration.tables import TableName
 from zerobus_orchestration.transport.base import Transport
 
 if TYPE_CHECKING:
-    from zerobus_orchestration.emulator.server import Emulator
+    from zerobus_orchestration.embedded import EmulatorHandle
 
 log = logging.getLogger(__name__)
 
@@ -69,25 +60,6 @@ ArrowData: TypeAlias = pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterab
 Descriptions: TypeAlias = Mapping[str, str] | ContractDescriptions | None
 
 DEFAULT_SINK_ID = "zerobus-orchestration"
-
-
-def source_tag(source: str, partition: str = "") -> str:
-    """The ``_twg_source`` value of a write: the source, qualified by its partition when it has one.
-
-    Rows carry no partition column, so two partitions of one source must differ in ``_twg_source``
-    for read-back to tell their row positions apart. A source containing ``[`` is refused: source
-    ``a[b]`` would be indistinguishable from source ``a`` with partition ``b``.
-    """
-    if "[" in source:
-        raise ConfigError(
-            f"source {source!r} contains '[', which starts the partition suffix in _twg_source "
-            "(source[partition]); fix: rename the source, and pass any partition as partition="
-        )
-    return f"{source}[{partition}]" if partition else source
-
-
-class NothingToVerifyError(ReadbackError):
-    """Read-back found no delivered coverage to verify (nothing written yet for that source)."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +124,7 @@ class ZerobusRuntime:
         self.config = config
         self.metrics = SinkMetrics()
         self.emulator: EmulatorHandle | None = None
-        self.credentials = credentials if credentials is not None else _build_credentials(config)
+        self.credentials = credentials if credentials is not None else embedded.build_credentials(config)
         self._lock = threading.Lock()
         self._pools: dict[tuple[str, LaneKind], StreamPool] = {}
         self._coverage: dict[str, CoverageStore] = {}
@@ -170,11 +142,15 @@ class ZerobusRuntime:
         try:
             self.catalog: TableCatalog = catalog_from_config(config)
             if transport is None and config.embedded:
-                self.emulator = _start_emulator(config, self.credentials)
-            self.transport: Transport = transport or _build_transport(config, self.emulator)
+                self.emulator = embedded.start_emulator(config, self.credentials)
+            self.transport: Transport = transport or embedded.build_transport(config, self.emulator)
         except BaseException:
             self._stop_emulator()
             raise
+        # Read-back reads through the same catalog, coverage stores and (embedded) emulator.
+        self.readbacks = ReadbackService(
+            config, catalog=self.catalog, coverage=self.coverage, emulator=self.emulator
+        )
 
     @property
     def embedded(self) -> bool:
@@ -354,25 +330,10 @@ class ZerobusRuntime:
         )
 
     def delta_version(self, table: str) -> int | None:
-        """The Delta version that holds everything acknowledged so far (embedded), else the live one.
+        """The Delta version that holds everything acknowledged so far (``ReadbackService.delta_version``)."""
+        return self.readbacks.delta_version(table)
 
-        Embedded: the emulator commits its write-ahead log now, so the version returned contains every
-        acknowledged row. Production: Zerobus commits asynchronously (time to table, P50 <= 5 s), so
-        the version read from the catalog is a lower bound.
-        """
-        name = TableName.parse(table).full_name
-        if self.catalog.describe(name) is None:
-            return None
-        if self.emulator is not None:
-            version = self.emulator.materialize_now(name)
-            if version is not None:
-                return int(version)
-        # Nothing was left to commit: the emulator's own materialiser got there first. Read the
-        # version after that, not before, or a concurrent commit would be missed.
-        state = self.catalog.describe(name)
-        return None if state is None else state.version
-
-    # -- coverage and read-back -----------------------------------------------------------------------
+    # -- coverage and read-back (delegated to the read-only ``ReadbackService``) -----------------------
 
     def coverage(self, table: str) -> CoverageStore:
         name = TableName.parse(table).full_name
@@ -383,30 +344,12 @@ class ZerobusRuntime:
         self, table: str, *, source: str | None = None, partition: str | None = None
     ) -> dict[CoverageKey, tuple[OffsetRange, ...]]:
         """Coverage of ``table``, optionally narrowed to one source (and partition)."""
-        everything = self.coverage(table).all_for_table()
-        if source is None:
-            return everything
-        if partition is not None:
-            wanted = source_tag(source, partition)
-            return {key: spans for key, spans in everything.items() if key.source == wanted}
-        return {
-            key: spans
-            for key, spans in everything.items()
-            if key.source == source or key.source.startswith(f"{source}[")
-        }
+        return self.readbacks.coverage_map(table, source=source, partition=partition)
 
     def iceberg(self) -> IcebergEndpoint:
-        default_uri = None if self.emulator is None else self.emulator.iceberg_rest_uri
-        if default_uri is None and self.config.workspace_url:
-            default_uri = self.config.workspace_url.rstrip("/") + "/api/2.1/unity-catalog/iceberg-rest"
-        endpoint = IcebergEndpoint.from_config(self.config.readback, default_uri=default_uri)
-        if self.emulator is not None and endpoint.token is None and endpoint.uri == default_uri:
-            # The emulator's Iceberg REST facade requires a credential, like Unity Catalog's.
-            token = self.emulator.access_token()
-            endpoint = IcebergEndpoint(uri=endpoint.uri, token=token, properties=endpoint.properties)
-        return endpoint
+        return self.readbacks.iceberg()
 
-    def readback(
+    def verify_readback(
         self,
         table: str,
         *,
@@ -416,53 +359,19 @@ class ZerobusRuntime:
         force: bool | None = None,
     ) -> ReadbackReport:
         """Wait for Iceberg to reflect what was delivered, then verify coverage against the scan."""
-        name = TableName.parse(table).full_name
-        cfg = self.config.readback
-        policy = WaitPolicy.from_config(cfg)
-        if wait_s is not None:
-            policy = WaitPolicy(timeout_s=wait_s, initial_s=min(policy.initial_s, wait_s), max_s=policy.max_s)
-        coverage = self.coverage_map(name, source=source, partition=partition)
-        if not coverage:
-            scope = (
-                ""
-                if source is None
-                else f" for source {source!r}" + ("" if partition is None else f" partition {partition!r}")
-            )
-            raise NothingToVerifyError(
-                f"read-back of {name}: no delivered coverage{scope}, so there is nothing to verify yet; "
-                "write first, or check the table, --source and --partition"
-            )
-        expected = self.delta_version(name)
-        return verify_readback(
-            self.iceberg(),
-            name,
-            coverage,
-            probe=self._visibility_probe(),
-            delta_version=expected if expected is not None else 0,
-            policy=policy,
-            force=cfg.force_metadata if force is None else force,
+        return self.readbacks.verify_readback(
+            table, source=source, partition=partition, wait_s=wait_s, force=force
         )
 
-    def readback_once(
+    def verify_readback_once(
         self, table: str, *, source: str | None = None, partition: str | None = None
-    ) -> ReadbackReport | None:
-        """One non-blocking attempt: ``None`` while Iceberg has not caught up (sensors, triggers).
+    ) -> ReadbackOutcome:
+        """One non-blocking, judged attempt (``ReadbackService.verify_readback_once``)."""
+        return self.readbacks.verify_readback_once(table, source=source, partition=partition)
 
-        ``NothingToVerifyError`` propagates: no coverage is not "not yet" (waiting never creates it), so
-        the caller decides whether that is an empty write (done) or a wrong table/source/partition.
-        """
-        try:
-            return self.readback(table, source=source, partition=partition, wait_s=0.001, force=False)
-        except ReadbackTimeoutError:
-            return None
-
-    def read_back(self, table: str, *, source: str | None = None, partition: str | None = None) -> pa.Table:
+    def read_rows(self, table: str, *, source: str | None = None, partition: str | None = None) -> pa.Table:
         """Rows of ``table`` (optionally one source/partition) as Arrow, through Iceberg."""
-        name = TableName.parse(table).full_name
-        endpoint = self.iceberg()
-        if source is None:
-            return endpoint.load_table(name).scan().to_arrow()
-        return read_back(name, source=source_tag(source, partition or ""), endpoint=endpoint)
+        return self.readbacks.read_rows(table, source=source, partition=partition)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -506,15 +415,6 @@ class ZerobusRuntime:
             log.error("zerobus runtime closed with undelivered data: %s", "; ".join(errors))
 
     # -- internals ------------------------------------------------------------------------------------
-
-    def _visibility_probe(self) -> VisibilityProbe | None:
-        """How read-back learns which Delta version Iceberg reflects.
-
-        Unity Catalog reports UniForm's ``converted_delta_version`` on the table (its Iceberg snapshots
-        carry no Delta version); ``None`` selects the embedded mirror's snapshot-summary probe.
-        """
-        probe = getattr(self.catalog, "visibility_probe", None)
-        return None if probe is None else probe()  # type: ignore[no-any-return]
 
     def _gate(
         self,
@@ -566,6 +466,8 @@ class ZerobusRuntime:
     def _stop_emulator(self) -> None:
         if self.emulator is not None:
             emulator, self.emulator = self.emulator, None
+            if hasattr(self, "readbacks"):  # not yet built when the constructor failed
+                self.readbacks.emulator = None
             emulator.stop()
 
 
@@ -591,131 +493,26 @@ class _RowCounter:
             yield batch
 
 
-def _build_credentials(config: ZerobusConfig) -> CredentialCache | None:
-    """The read-back credential cache ``zerobus.credential_vending`` asks for (embedded ``s3://`` only)."""
-    if not (config.credential_vending.enabled and config.embedded):
-        return None
-    from zerobus_orchestration.catalog.s3_vending import S3CredentialVendor
+# -- the documented per-process registry (``registry.py``) ------------------------------------------
 
-    margin = timedelta(seconds=config.credential_vending.refresh_margin_s)
-    return CredentialCache(S3CredentialVendor.from_config(config), margin=margin)
-
-
-def _start_emulator(config: ZerobusConfig, credentials: CredentialCache | None = None) -> EmulatorHandle:
-    if config.emulator.mode == "daemon":  # one shared emulator process per warehouse, found or started
-        from zerobus_orchestration.emulator.launcher import connect_daemon
-
-        return connect_daemon(config)
-    return start_in_process_emulator(config, credentials)
-
-
-def start_in_process_emulator(config: ZerobusConfig, credentials: CredentialCache | None = None) -> Emulator:
-    """The embedded emulator in this process (also what the shared daemon runs)."""
-    from zerobus_orchestration.emulator.iceberg_mirror import ICEBERG_DB_NAME
-    from zerobus_orchestration.emulator.private import with_warehouse_secret
-    from zerobus_orchestration.emulator.server import Emulator
-
-    # SQLite and the fsync'd WAL need local disk, even for an s3:// warehouse.
-    state = absolute_state_dir(config)
-    emulator = Emulator(
-        absolute_warehouse(config.warehouse),
-        with_warehouse_secret(config).emulator,  # never the well-known default secret
-        storage_options=config_storage_options(config) or None,
-        wal_dir=os.path.join(state, "wal"),
-        iceberg_db=os.path.join(state, ICEBERG_DB_NAME),
-        credentials=credentials,
-    )
-    emulator.start()
-    log.info("embedded Zerobus emulator at %s (warehouse %s)", emulator.endpoint, config.warehouse)
-    return emulator
-
-
-def _build_transport(config: ZerobusConfig, emulator: EmulatorHandle | None) -> Transport:
-    from zerobus_orchestration.transport.sdk import SdkTransport
-
-    if emulator is not None:  # the warehouse's own client secret; a dead shared daemon is replaced
-        from zerobus_orchestration.emulator.daemon_transport import emulator_transport
-
-        return emulator_transport(config, emulator)
-    return SdkTransport.from_config(config)
-
-
-# -- the documented per-process registry ------------------------------------------------------------
-
-_registry_lock = threading.Lock()
-_runtimes: dict[tuple[int, str], tuple[ZerobusRuntime, int]] = {}
-_hooked_pid: int | None = None
+_RUNTIMES: ProcessRegistry[ZerobusRuntime] = ProcessRegistry(ZerobusRuntime, what="zerobus runtime")
 
 
 def acquire_runtime(config: ZerobusConfig) -> ZerobusRuntime:
     """This process's runtime for ``config``, created on first use; refcounted."""
-    key = (os.getpid(), config.config_hash())
-    with _registry_lock:
-        _install_exit_hooks()
-        entry = _runtimes.get(key)
-        if entry is None:
-            runtime = ZerobusRuntime(config)
-            _runtimes[key] = (runtime, 1)
-            return runtime
-        runtime, count = entry
-        _runtimes[key] = (runtime, count + 1)
-        return runtime
+    return _RUNTIMES.acquire(config)
 
 
 def running_runtime(config: ZerobusConfig) -> ZerobusRuntime | None:
     """This process's runtime for ``config`` if one is running; never starts one (progress displays)."""
-    with _registry_lock:
-        entry = _runtimes.get((os.getpid(), config.config_hash()))
-    return None if entry is None else entry[0]
+    return _RUNTIMES.running(config)
 
 
 def release_runtime(config: ZerobusConfig) -> None:
     """Drop one reference. The runtime stays: it is meant to outlive a step, a task try or a tick."""
-    key = (os.getpid(), config.config_hash())
-    with _registry_lock:
-        entry = _runtimes.get(key)
-        if entry is not None:
-            runtime, count = entry
-            _runtimes[key] = (runtime, max(0, count - 1))
+    _RUNTIMES.release(config)
 
 
 def close_all_runtimes() -> None:
     """Drain and close every runtime of this process. Idempotent; safe at exit."""
-    pid = os.getpid()
-    with _registry_lock:
-        mine = [key for key in _runtimes if key[0] == pid]
-        runtimes = [_runtimes.pop(key)[0] for key in mine]
-    for runtime in runtimes:
-        try:
-            runtime.close()
-        except Exception as exc:  # at exit, close every runtime rather than stop at the first
-            log.error("closing zerobus runtime: %s", exc)
-
-
-def _install_exit_hooks() -> None:
-    """Once per process, lazily: ``_bootstrap`` of a forked child clears finalizers it inherited.
-
-    Three hooks, because each exit path runs a different one: ``threading._register_atexit`` runs
-    before interpreter shutdown joins thread-pool workers (the embedded emulator's gRPC workers block
-    in open streams until the runtime closes them, so plain ``atexit`` would never be reached);
-    ``atexit`` covers the main process and spawned children; ``Finalize`` covers fork/forkserver
-    children, which leave through ``os._exit``.
-    """
-    global _hooked_pid
-    if _hooked_pid == os.getpid():
-        return
-    register_early = getattr(threading, "_register_atexit", None)
-    if register_early is not None:
-        with contextlib.suppress(RuntimeError):  # the interpreter is already shutting down
-            register_early(close_all_runtimes)
-    atexit.register(close_all_runtimes)
-    multiprocessing.util.Finalize(None, close_all_runtimes, exitpriority=100)
-    _hooked_pid = os.getpid()
-
-
-def _forget_inherited() -> None:
-    # A forked child must not touch its parent's streams: their threads do not survive fork.
-    _runtimes.clear()
-
-
-os.register_at_fork(after_in_child=_forget_inherited)
+    _RUNTIMES.close_all()

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Protocol
 
 from pydantic import SecretStr
 
-from zerobus_orchestration.catalog.base import Access, VendedCredentials
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.errors import CatalogError, ConfigError
 
@@ -39,6 +40,26 @@ _PYICEBERG_KEYS = {
     AWS_SECRET_ACCESS_KEY: "s3.secret-access-key",
     AWS_SESSION_TOKEN: "s3.session-token",
 }
+
+
+class Access(StrEnum):
+    READ = "read"
+    WRITE = "write"
+
+
+@dataclass(frozen=True)
+class VendedCredentials:
+    """Short-lived storage credentials for one table; secrets are ``SecretStr``."""
+
+    table: str
+    access: Access
+    url: str
+    expires_at: datetime  # timezone-aware UTC
+    storage_options: Mapping[str, SecretStr] = field(default_factory=dict)
+    token: SecretStr | None = None
+
+    def expired(self, now: datetime) -> bool:
+        return now >= self.expires_at
 
 
 def is_s3(uri: str) -> bool:

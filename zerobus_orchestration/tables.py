@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
-from zerobus_orchestration.errors import ConfigError
+from zerobus_orchestration.errors import TableNameError
 
 ZEROBUS_DIR = "_zerobus"
 MAX_NAME_CHARS = 255
@@ -48,10 +48,6 @@ _RULE = (
 _FIX = "rename the table (letters, digits and underscores only)"
 
 
-class TableNameError(ConfigError):
-    """A table name Zerobus or Unity Catalog cannot hold; the message names the part and the rule."""
-
-
 @dataclass(frozen=True)
 class TableName:
     """``catalog.schema.table``, validated and lower-cased (see the module docstring)."""
@@ -65,13 +61,15 @@ class TableName:
         for kind in ("catalog", "schema", "table"):
             part = getattr(self, kind)
             if not isinstance(part, str):
-                raise TableNameError(f"table name {shown!r}: the {kind} part must be a string")
+                raise TableNameError(f"table name {shown!r}: the {kind} part must be a string", part=kind)
             _check_part(shown, kind, part)
             object.__setattr__(self, kind, part.lower())
         if self.catalog == ZEROBUS_DIR:
             raise TableNameError(
                 f"table name {shown!r}: the catalog name {ZEROBUS_DIR!r} is reserved (the embedded "
-                f"warehouse keeps its state in <warehouse>/{ZEROBUS_DIR}). Fix: use another catalog"
+                f"warehouse keeps its state in <warehouse>/{ZEROBUS_DIR}). Fix: use another catalog",
+                name=shown,
+                part="catalog",
             )
 
     @classmethod
@@ -84,7 +82,8 @@ class TableName:
             raise TableNameError(
                 f"table name {full_name!r} must have three non-empty parts: catalog.schema.table (found "
                 f"{len(parts)}; a period separates the parts, so no part can contain one). Fix: write the "
-                "full name, e.g. main.raw.events"
+                "full name, e.g. main.raw.events",
+                name=full_name,
             )
         return cls(*parts)
 
@@ -101,18 +100,24 @@ def _check_part(shown: str, kind: str, part: str) -> None:
     if not part:
         raise TableNameError(
             f"table name {shown!r}: the {kind} part is empty; a name must have three non-empty parts: "
-            "catalog.schema.table"
+            "catalog.schema.table",
+            name=shown,
+            part=kind,
         )
     if len(part) > MAX_NAME_CHARS:
         raise TableNameError(
             f"table name {shown[:80]!r}...: the {kind} part has {len(part)} characters; Unity Catalog names "
-            f"are at most {MAX_NAME_CHARS} characters. Fix: use a shorter name"
+            f"are at most {MAX_NAME_CHARS} characters. Fix: use a shorter name",
+            name=shown,
+            part=kind,
         )
     if not _PART.fullmatch(part):
         bad = next(ch for ch in part if not _PART.fullmatch(ch))
         what = "a period (which separates catalog.schema.table)" if bad == "." else repr(bad)
         raise TableNameError(
-            f"table name {shown!r}: the {kind} part {part!r} contains {what}; {_RULE}. Fix: {_FIX}"
+            f"table name {shown!r}: the {kind} part {part!r} contains {what}; {_RULE}. Fix: {_FIX}",
+            name=shown,
+            part=kind,
         )
 
 
@@ -137,7 +142,7 @@ def _split_three_part(name: str) -> list[str]:
             current.append(ch)
         i += 1
     if quoted:
-        raise TableNameError(f"table name {name!r} has an unterminated backtick. Fix: {_FIX}")
+        raise TableNameError(f"table name {name!r} has an unterminated backtick. Fix: {_FIX}", name=name)
     parts.append("".join(current))
     return parts
 
@@ -156,6 +161,15 @@ def table_uri(warehouse: str, name: TableName | str) -> str:
     return join_uri(warehouse, _segment(tn.catalog), _segment(tn.schema), _segment(tn.table))
 
 
+def wal_dir_name(full_name: str) -> str:
+    """The emulator's write-ahead-log folder of a table: its whole ``catalog.schema.table``, quoted."""
+    return quote(full_name, safe="")
+
+
+def table_of_wal_dir(name: str) -> str:
+    return unquote(name)
+
+
 def check_embedded_storage(name: TableName | str) -> None:
     """Refuse a name whose embedded folders cannot exist (raise ``TableNameError`` naming the rule).
 
@@ -163,8 +177,6 @@ def check_embedded_storage(name: TableName | str) -> None:
     whole ``catalog.schema.table``; each folder name must fit ``MAX_SEGMENT_BYTES``. Checked before the
     table is created or a stream opened, so the write fails at once instead of a stream that cannot open.
     """
-    from zerobus_orchestration.emulator.wal import wal_dir_name  # stdlib-only module
-
     tn = TableName.parse(name) if isinstance(name, str) else name
     folders = {
         "catalog folder": _segment(tn.catalog),
@@ -178,7 +190,8 @@ def check_embedded_storage(name: TableName | str) -> None:
             raise TableNameError(
                 f"table {tn.full_name[:60]}... ({len(tn.full_name)} characters): the embedded warehouse's "
                 f"{what} would be {size} bytes, and a folder name is at most {MAX_SEGMENT_BYTES} bytes. "
-                f"Fix: shorten the name so catalog.schema.table has at most {MAX_SEGMENT_BYTES} characters"
+                f"Fix: shorten the name so catalog.schema.table has at most {MAX_SEGMENT_BYTES} characters",
+                name=tn.full_name,
             )
 
 

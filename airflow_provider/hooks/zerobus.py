@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from zerobus_orchestration.catalog.base import ReconcileOutcome
     from zerobus_orchestration.catalog.plan import ReconcilePlan
     from zerobus_orchestration.config import Role, ZerobusConfig
-    from zerobus_orchestration.readback import ReadbackReport
+    from zerobus_orchestration.readback.status import ReadbackOutcome
     from zerobus_orchestration.runtime import WriteResult, ZerobusRuntime
 
 log = logging.getLogger(__name__)
@@ -166,18 +166,30 @@ class ZerobusHook(BaseHook):
             resume=resume,
         )
 
-    def readback_once(
+    def verify_readback_once(
         self, table: str, *, source: str | None = None, partition: str | None = None
-    ) -> ReadbackReport | None:
-        """One non-blocking read-back attempt; ``None`` while Iceberg has not caught up."""
-        return self.get_conn().readback_once(table, source=source, partition=partition)
+    ) -> ReadbackOutcome:
+        """One non-blocking, judged read-back attempt; its status says whether to keep waiting."""
+        from zerobus_orchestration.readback.judge import outcome_of_error
 
-    async def areadback_once(
+        try:
+            runtime = self.get_conn()
+        except Exception as exc:  # a connection that builds no runtime is judged like any failed attempt
+            return outcome_of_error(exc, table)
+        return runtime.verify_readback_once(table, source=source, partition=partition)
+
+    async def averify_readback_once(
         self, table: str, *, source: str | None = None, partition: str | None = None
-    ) -> ReadbackReport | None:
-        """``readback_once`` for triggers: the connection is read asynchronously, pyiceberg in a thread."""
-        await self.aget_config()
-        return await asyncio.to_thread(self.readback_once, table, source=source, partition=partition)
+    ) -> ReadbackOutcome:
+        """``verify_readback_once`` for triggers: the connection is read asynchronously, pyiceberg in a
+        thread."""
+        try:
+            await self.aget_config()
+        except Exception as exc:  # judged by the core, like every other failure of an attempt
+            from zerobus_orchestration.readback.judge import outcome_of_error
+
+            return outcome_of_error(exc, table)
+        return await asyncio.to_thread(self.verify_readback_once, table, source=source, partition=partition)
 
     def health(self) -> dict[str, Any]:
         """The runtime's health snapshot as plain data (pool liveness, backpressure, totals, latencies)."""
@@ -201,14 +213,14 @@ class ZerobusHook(BaseHook):
         return ok, message
 
     def _test_embedded(self, config: ZerobusConfig) -> str:
+        from zerobus_orchestration.locations import local_path
+
         try:
             self.get_conn()
         finally:
             self.release()
         where = (
-            str(Path(config.warehouse.removeprefix("file://")).resolve())
-            if config.local_warehouse
-            else config.warehouse
+            str(Path(local_path(config.warehouse)).resolve()) if config.local_warehouse else config.warehouse
         )
         return (
             f"embedded emulator (a local stand-in for Zerobus, not Databricks) is up; rows go to the "

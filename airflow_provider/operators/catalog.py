@@ -14,9 +14,9 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.operators.base import ZerobusBaseOperator
 from airflow_provider.utils.observability import redact
-from airflow_provider.utils.schema import to_arrow_schema
 from zerobus_orchestration.config import Role
 from zerobus_orchestration.errors import ConfigError, PlanRefusedError
+from zerobus_orchestration.schema_text import arrow_schema_of_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,7 +40,7 @@ class ZerobusReconcileOperator(ZerobusBaseOperator):
     with every refusal listed, before anything is applied. XCom gets the applied steps and versions.
 
     :param table: target table (``catalog.schema.table``).
-    :param schema: ``pyarrow.Schema`` or ``{column: "arrow type"}`` (see ``utils.schema``).
+    :param schema: ``pyarrow.Schema`` or ``{column: "type"}``, SQL or Arrow names (see core ``schema_text``).
     :param descriptions: column comments ``{column: text}``.
     :param role: ``primary_raw`` or ``derived``; the connection's default when unset.
     :param plan_only: log and return the plan without applying it.
@@ -76,7 +76,7 @@ class ZerobusReconcileOperator(ZerobusBaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         try:
-            schema = to_arrow_schema(self.schema)
+            schema = arrow_schema_of_text(self.schema, table=self.table)
             role = _role(self.task_id, self.role)
             plan = self.hook.plan(self.table, schema, role=role, descriptions=self.descriptions)
             self.log.info("reconcile plan for %s:\n%s", self.table, plan)

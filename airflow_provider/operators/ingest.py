@@ -18,7 +18,6 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_provider.operators.base import ZerobusBaseOperator, coverage_keys_from_context
 from airflow_provider.utils.observability import redact
-from airflow_provider.utils.schema import to_arrow_schema
 from zerobus_orchestration.config import Role
 from zerobus_orchestration.errors import (
     ConfigError,
@@ -26,6 +25,7 @@ from zerobus_orchestration.errors import (
     ResumeMismatchError,
     WriteBoundaryError,
 )
+from zerobus_orchestration.schema_text import arrow_schema_of_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -221,7 +221,9 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         source, partition = coverage_keys_from_context(context, self)
         summary: dict[str, Any] | None = None
         try:
-            target_schema = to_arrow_schema(self.schema) if self.schema is not None else None
+            target_schema = (
+                arrow_schema_of_text(self.schema, table=self.table) if self.schema is not None else None
+            )
             batches = self._batches(target_schema)
             if self.reconcile_first:
                 batches = self._reconcile_first(batches, target_schema)

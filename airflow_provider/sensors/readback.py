@@ -2,8 +2,8 @@
 
 Deferrable by default when ``[operators] default_deferrable`` is on: one fast check in the worker, then
 ``ZerobusReadbackTrigger`` waits in the triggerer with an absolute deadline. Non-deferrable, it pokes
-with the same single ``readback_once`` attempt. A missing table or a lagging snapshot means "not yet";
-a permanent error fails the task without retries.
+with the same single ``verify_readback_once`` attempt. The core's ``ReadbackStatus`` decides: a missing
+table or a lagging snapshot is "not yet"; a permanent error fails the task without retries.
 
 No delivered coverage for the key is never "not yet" (waiting cannot create it): the sensor succeeds
 when the ingest's XCom says it wrote 0 rows, and otherwise fails naming the table, source and partition.
@@ -26,12 +26,12 @@ from airflow_provider.triggers.readback import ZerobusReadbackTrigger
 from airflow_provider.utils.observability import redact
 from airflow_provider.utils.readback import (
     NOTHING_TO_VERIFY,
-    Attempt,
     Status,
-    judge_error,
-    judge_report,
+    event_status,
+    report_of,
     report_summary,
 )
+from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
 
 
 class ZerobusReadbackSensor(BaseSensorOperator):
@@ -103,13 +103,9 @@ class ZerobusReadbackSensor(BaseSensorOperator):
             )
         return self.source or None, self.partition or None
 
-    def _attempt(self, context: Context) -> Attempt:
+    def _attempt(self, context: Context) -> ReadbackOutcome:
         source, partition = self._keys(context)
-        try:
-            report = self.hook.readback_once(self.table, source=source, partition=partition)
-        except Exception as exc:
-            return judge_error(exc, self.table)
-        return judge_report(report, self.table)
+        return self.hook.verify_readback_once(self.table, source=source, partition=partition)
 
     def _succeed(self, report: dict[str, Any] | None) -> dict[str, Any]:
         self.log.info("%s: read-back verified: %s", self.table, report_summary(report))
@@ -154,41 +150,45 @@ class ZerobusReadbackSensor(BaseSensorOperator):
             )
         raise AirflowFailException(f"{self.task_id}: nothing was delivered to {where}; {fix}")
 
-    def _finish_attempt(self, context: Context) -> Attempt:
+    def _finish_attempt(self, context: Context) -> ReadbackOutcome:
         """One attempt, then drain and release; health is logged only when the wait is over."""
-        attempt = Attempt(Status.ERROR, f"{self.table}: read-back did not run")
+        outcome = ReadbackOutcome(ReadbackStatus.FAILED, self.table, f"{self.table}: read-back did not run")
         try:
-            attempt = self._attempt(context)
+            outcome = self._attempt(context)
         finally:
-            if attempt.status is Status.PENDING:
+            if not outcome.is_terminal:
                 self.hook.release()  # a poke every few seconds: keep the log to the one-line status
             else:
                 drain_report_release(self.hook, self.log, tables=[self.table], task=self.task_id)
-        return attempt
+        return outcome
+
+    def _decide(self, context: Context, outcome: ReadbackOutcome) -> dict[str, Any] | None:
+        """The XCom value of a finished wait, ``None`` to keep waiting; raises on a failed read-back."""
+        if outcome.status is ReadbackStatus.NOTHING_TO_VERIFY:
+            return self._nothing_to_verify(context, outcome.message)
+        if outcome.status is ReadbackStatus.VERIFIED:
+            return self._succeed(report_of(outcome))
+        if outcome.is_terminal:
+            raise AirflowFailException(f"{self.task_id}: {outcome.message}")
+        return None
 
     def poke(self, context: Context) -> bool | PokeReturnValue:
-        attempt = self._finish_attempt(context)
-        if attempt.reason == NOTHING_TO_VERIFY:
-            return PokeReturnValue(is_done=True, xcom_value=self._nothing_to_verify(context, attempt.message))
-        if attempt.status is Status.ERROR:
-            raise AirflowFailException(f"{self.task_id}: {attempt.message}")
-        if attempt.status is Status.SUCCESS:
-            return PokeReturnValue(is_done=True, xcom_value=self._succeed(attempt.report))
-        self.log.info("%s", attempt.message)
+        outcome = self._finish_attempt(context)
+        done = self._decide(context, outcome)
+        if done is not None:
+            return PokeReturnValue(is_done=True, xcom_value=done)
+        self.log.info("%s", outcome.message)
         return False
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        attempt = self._finish_attempt(context)  # cheap check first: often there is nothing to wait for
-        if attempt.reason == NOTHING_TO_VERIFY:
-            return self._nothing_to_verify(context, attempt.message)
-        if attempt.status is Status.SUCCESS:
-            return self._succeed(attempt.report)
-        if attempt.status is Status.ERROR:
-            raise AirflowFailException(f"{self.task_id}: {attempt.message}")
+        outcome = self._finish_attempt(context)  # cheap check first: often there is nothing to wait for
+        done = self._decide(context, outcome)
+        if done is not None:
+            return done
         source, partition = self._keys(context)
-        self.log.info("%s; deferring for up to %.0fs", attempt.message, self.timeout)
+        self.log.info("%s; deferring for up to %.0fs", outcome.message, self.timeout)
         self.defer(
             trigger=ZerobusReadbackTrigger(
                 table=self.table,
@@ -217,6 +217,13 @@ class ZerobusReadbackSensor(BaseSensorOperator):
         report = event.get("report")
         if isinstance(report, Mapping):
             self.log.info("%s: read-back report: %s", self.table, report_summary(report))
+        outcome = event.get("outcome")
+        if isinstance(outcome, Mapping):  # the core's verdict; events of older triggers lack it
+            last = ReadbackOutcome.from_json(outcome)
+            if event_status(last) is not None:
+                done = self._decide(context, last)
+                if done is not None:
+                    return done
         if event.get("reason") == NOTHING_TO_VERIFY:
             return self._nothing_to_verify(context, message)
         if status == Status.SUCCESS:

@@ -2,10 +2,12 @@
 
 Receives only primitives and an absolute deadline (``end_time``, epoch seconds), because ``serialize()``
 is captured once and the trigger may be re-created on another triggerer. It keeps no cursor: every poll
-is a fresh, read-only ``readback_once`` run in a worker thread (pyiceberg is synchronous), with the
-connection read asynchronously. It yields exactly one event, ``status`` success / error / timeout; an
-error with ``reason`` ``nothing_to_verify`` means no coverage exists for the key, which the sensor
-resolves against the ingest's XCom (the triggerer has no task context to do so).
+is a fresh, read-only ``verify_readback_once`` run in a worker thread (pyiceberg is synchronous), with the
+connection read asynchronously. Whether an attempt is final is the core's ``ReadbackStatus``; the
+trigger yields exactly one event, ``status`` success / error / timeout, carrying the last outcome as
+``outcome`` (``ReadbackOutcome.to_json()``). An error with ``reason`` ``nothing_to_verify`` means no
+coverage exists for the key, which the sensor resolves against the ingest's XCom (the triggerer has no
+task context to do so).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider.hooks.zerobus import ZerobusHook
-from airflow_provider.utils.readback import Attempt, Status, judge_error, judge_report
+from airflow_provider.utils.readback import NOTHING_TO_VERIFY, Status, event_status, redacted, report_of
+from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
 
 CLASSPATH = "airflow_provider.triggers.readback.ZerobusReadbackTrigger"
 
@@ -68,35 +71,24 @@ class ZerobusReadbackTrigger(BaseTrigger):
         )
 
     def _event(
-        self,
-        status: Status,
-        message: str,
-        polls: int,
-        started: float,
-        report: dict[str, Any] | None = None,
-        reason: str | None = None,
+        self, status: Status, message: str, polls: int, started: float, last: ReadbackOutcome | None
     ) -> TriggerEvent:
+        nothing = last is not None and last.status is ReadbackStatus.NOTHING_TO_VERIFY
         return TriggerEvent(  # type: ignore[no-untyped-call]
             {
                 "status": status.value,
                 "message": message,
-                "reason": reason,
+                "reason": NOTHING_TO_VERIFY if nothing else None,
                 "table": self.table,
                 "source": self.source,
                 "partition": self.partition,
                 "polls": polls,
                 # How long this trigger waited for Iceberg: the lag the sensor logs on completion.
                 "waited_s": round(time.time() - started, 3),
-                "report": report,
+                "report": report_of(last),
+                "outcome": None if last is None else redacted(last).to_json(),
             }
         )
-
-    async def _attempt(self, hook: ZerobusHook) -> Attempt:
-        try:
-            report = await hook.areadback_once(self.table, source=self.source, partition=self.partition)
-        except Exception as exc:
-            return judge_error(exc, self.table)
-        return judge_report(report, self.table)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = ZerobusHook(zerobus_conn_id=self.zerobus_conn_id, config_overrides=self.config_overrides)
@@ -115,18 +107,17 @@ class ZerobusReadbackTrigger(BaseTrigger):
         polls = 0
         started = time.time()
         interval = self.poll_interval
-        last: Attempt | None = None
+        last: ReadbackOutcome | None = None
         while time.time() < self.end_time:
             polls += 1
-            attempt = last = await self._attempt(hook)
-            if attempt.status is not Status.PENDING:
-                return self._event(
-                    attempt.status, attempt.message, polls, started, attempt.report, attempt.reason
-                )
-            self.log.info("%s (poll %d); next poll in %.1fs", attempt.message, polls, interval)
+            last = await hook.averify_readback_once(self.table, source=self.source, partition=self.partition)
+            status = event_status(last)
+            if status is not None:
+                return self._event(status, last.message, polls, started, last)
+            self.log.info("%s (poll %d); next poll in %.1fs", last.message, polls, interval)
             await asyncio.sleep(max(0.0, min(interval, self.end_time - time.time())))
             interval = min(interval * 1.5, self.max_poll_interval)
         message = f"{self.table}: Iceberg did not show the delivered rows before the deadline"
         if last is not None:
             message += f"; last attempt: {last.message}"
-        return self._event(Status.TIMEOUT, message, polls, started, last.report if last else None)
+        return self._event(Status.TIMEOUT, message, polls, started, last)

@@ -19,16 +19,13 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 
+from airflow_provider.exceptions import ProbeError
 from zerobus_orchestration.config import ZerobusConfig
 
 TOKEN_PATH = "/oidc/v1/token"
 DEFAULT_TIMEOUT_S = 10.0
 _DEFAULT_PORTS = {"https": 443, "http": 80}
 _MAX_DETAIL = 200
-
-
-class ProbeError(Exception):
-    """One probe failed; the message names the URL and the cause, never a secret."""
 
 
 def probe_remote(config: ZerobusConfig, timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[bool, str]:

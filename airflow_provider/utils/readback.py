@@ -1,65 +1,39 @@
-"""One read-back attempt, judged the same way by the poking sensor and the deferred trigger.
+"""The Airflow view of a read-back outcome; the verdict itself is the core's ``ReadbackStatus``.
 
-- ``success``: Iceberg shows every delivered range, once (the report is verified).
-- ``pending``: not yet: the table or namespace is not there yet, the Iceberg snapshot lags
-  (``readback_once`` returned ``None``), covered rows are not all visible yet (Zerobus commits
-  asynchronously), or a transient failure (network, timeout, service busy).
-- ``error``: a permanent problem a wait will not fix: bad configuration, auth.
-- ``timeout``: the deadline passed while still pending; it carries the last report (the covered ranges
-  Iceberg never showed), so a lasting gap is reported with its detail.
+Each attempt is one ``ZerobusHook.verify_readback_once`` call returning a ``ReadbackOutcome``; whether it
+is "not yet" or final is decided once in the core. This module only maps the outcome onto the
+trigger event's lifecycle ``status`` and keeps what reaches a log or an XCom redacted:
 
-"Nothing to verify" (no delivered coverage for the table/source/partition) is an ``error`` with
-``reason`` ``nothing_to_verify``: waiting cannot create coverage, and only the sensor can tell an empty
-ingest (its XCom says 0 rows: success) from a wrong ``ingest_task_id`` or key (failure).
+- ``success``: ``VERIFIED``.
+- ``error``: ``FAILED`` (a wait will not fix it), or ``NOTHING_TO_VERIFY`` with ``reason``
+  ``nothing_to_verify``: waiting cannot create coverage, and only the sensor can tell an empty ingest
+  (its XCom says 0 rows: success) from a wrong ``ingest_task_id`` or key (failure).
+- ``timeout``: the deadline passed while still not terminal; it carries the last report (the covered
+  ranges Iceberg never showed), so a lasting gap is reported with its detail.
+
+Imported at DAG parse time: it must stay free of pyarrow and pyiceberg (``readback.status`` is).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import replace
 from enum import StrEnum
 from typing import Any
 
 from airflow_provider.utils.observability import redact
-from zerobus_orchestration.errors import ErrorClass, ZerobusOrchestrationError
+from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
 
 
 class Status(StrEnum):
+    """The trigger event's lifecycle status (what ``execute_complete`` receives)."""
+
     SUCCESS = "success"
-    PENDING = "pending"
     ERROR = "error"
     TIMEOUT = "timeout"
 
 
-# Exception class names that mean "the table is not there yet" (pyiceberg, without importing it).
-_ABSENT_CLASSES = frozenset(
-    {
-        "NoSuchTableError",
-        "NoSuchNamespaceError",
-        "NoSuchIcebergTableError",
-        "NoSuchViewError",
-        "TableNotFound",
-    }
-)
-_ABSENT_TEXT = re.compile(
-    r"does not exist|not found|no such table|no such namespace|table_or_view_not_found", re.I
-)
-_TRANSIENT_CLASSES = frozenset(
-    {
-        "ServerError",
-        "ServiceUnavailableError",
-        "ConnectTimeout",
-        "ReadTimeout",
-        "ConnectionError",
-        "CommitFailedException",
-    }
-)
-_RETRYABLE = frozenset({ErrorClass.TRANSIENT, ErrorClass.POISON, ErrorClass.CONCURRENCY_REJECT})
-# The runtime's "no delivered coverage" error, matched by name: this module is imported at DAG parse
-# time and must not pull in the runtime (pyarrow, pyiceberg) to classify an exception.
-_NOTHING_TO_VERIFY_CLASS = "NothingToVerifyError"
-NOTHING_TO_VERIFY = "nothing_to_verify"
+NOTHING_TO_VERIFY = ReadbackStatus.NOTHING_TO_VERIFY.value
 
 # The report keys a log line may show: counts and versions only, so nothing secret can reach the log
 # whatever else a report carries.
@@ -74,53 +48,24 @@ _SUMMARY_KEYS = (
 )
 
 
-@dataclass(frozen=True)
-class Attempt:
-    status: Status
-    message: str
-    report: dict[str, Any] | None = field(default=None)
-    reason: str | None = field(default=None)
+def event_status(outcome: ReadbackOutcome) -> Status | None:
+    """The event status a terminal outcome ends the wait with; ``None`` to keep waiting."""
+    if not outcome.is_terminal:
+        return None
+    return Status.SUCCESS if outcome.status.is_successful else Status.ERROR
 
 
-def _report_dict(report: Any) -> dict[str, Any]:
-    raw = report.as_dict() if hasattr(report, "as_dict") else dict(report)
-    return redact(raw)  # type: ignore[no-any-return]
+def redacted(outcome: ReadbackOutcome) -> ReadbackOutcome:
+    """``outcome`` with its report masked, fit for an XCom, a trigger event or a log line."""
+    if outcome.report is None:
+        return outcome
+    return replace(outcome, report=redact(dict(outcome.report)))
 
 
-def judge_report(report: Any | None, table: str) -> Attempt:
-    """The outcome of ``readback_once``'s return value.
-
-    A report with covered rows missing is ``pending``, not an error: Zerobus commits acknowledged rows
-    asynchronously, so they may still be on their way into a later snapshot. The caller's deadline
-    turns a lasting gap into a timeout that carries this last report.
-    """
-    if report is None:
-        return Attempt(Status.PENDING, f"{table}: Iceberg metadata has not caught up yet")
-    data = _report_dict(report)
-    if bool(getattr(report, "verified", data.get("verified"))):
-        return Attempt(Status.SUCCESS, f"{table}: read-back verified", data)
-    return Attempt(
-        Status.PENDING,
-        f"{table}: delivered rows not all visible through Iceberg yet ({report_summary(data)})",
-        data,
-    )
-
-
-def is_not_yet(exc: BaseException) -> bool:
-    """A missing table or a transient failure: keep waiting."""
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    if names & _ABSENT_CLASSES or names & _TRANSIENT_CLASSES:
-        return True
-    if isinstance(exc, ZerobusOrchestrationError):
-        return exc.error_class in _RETRYABLE or bool(_ABSENT_TEXT.search(str(exc)))
-    return isinstance(exc, TimeoutError | ConnectionError)
-
-
-def judge_error(exc: BaseException, table: str) -> Attempt:
-    if any(cls.__name__ == _NOTHING_TO_VERIFY_CLASS for cls in type(exc).__mro__):
-        return Attempt(Status.ERROR, f"{table}: {exc}", reason=NOTHING_TO_VERIFY)
-    status = Status.PENDING if is_not_yet(exc) else Status.ERROR
-    return Attempt(status, f"{table}: {type(exc).__name__}: {exc}")
+def report_of(outcome: ReadbackOutcome | None) -> dict[str, Any] | None:
+    if outcome is None or outcome.report is None:
+        return None
+    return dict(redacted(outcome).report or {})
 
 
 def report_summary(report: Mapping[str, Any] | None) -> str:

@@ -16,13 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
-from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import pyarrow as pa
-from pydantic import SecretStr
 
 from zerobus_orchestration.config import CommentPolicy, Role
 from zerobus_orchestration.errors import ConfigError, UnsupportedType
@@ -32,7 +29,9 @@ from zerobus_orchestration.reserved import (
     is_reserved,
     reserved_case_twin,
 )
-from zerobus_orchestration.types import arrow_storage_type, arrow_type_of_delta, delta_type
+from zerobus_orchestration.storage import Access as Access  # re-exported: value types of storage
+from zerobus_orchestration.storage import VendedCredentials as VendedCredentials
+from zerobus_orchestration.type_map import arrow_storage_type, arrow_type_of_delta, delta_type
 
 if TYPE_CHECKING:
     from zerobus_orchestration.catalog.plan import ReconcilePlan
@@ -64,17 +63,13 @@ def primary_raw_properties(*, real_column_mapping: bool) -> dict[str, str]:
     """Properties a primary-raw table is created with.
 
     The local backend passes ``real_column_mapping=False``: delta-rs cannot evolve a column-mapped table
-    (reference §1.2), so column mapping is emulated there and the UniForm keys are inert strings.
+    (docs/architecture.md#delta-rs), so column mapping is emulated there and the UniForm keys are
+    inert strings.
     """
     props = {ICEBERG_COMPAT_V2: "true", UNIFORM_FORMATS: "iceberg", DELETION_VECTORS: "false"}
     if real_column_mapping:
         props[COLUMN_MAPPING_MODE] = "name"
     return props
-
-
-class Access(StrEnum):
-    READ = "read"
-    WRITE = "write"
 
 
 @dataclass(frozen=True)
@@ -99,7 +94,7 @@ class TableTags:
 @dataclass(frozen=True)
 class DesiredColumn:
     name: str
-    arrow_type: pa.DataType  # as handed to us; the planner maps it through ``types.arrow_storage_type``
+    arrow_type: pa.DataType  # as handed to us; the planner maps it through ``type_map.arrow_storage_type``
     nullable: bool
     description: str | None  # None: no authority has a description, the live comment is left alone
     engine_owned: bool
@@ -251,7 +246,7 @@ class DesiredTable:
 class LiveColumn:
     name: str
     delta_type: str  # Databricks SQL type text, e.g. ``BIGINT``, ``STRUCT<a: INT>``
-    arrow_type: pa.DataType  # the canonical Arrow type for ``delta_type`` (``types.arrow_type_of_delta``)
+    arrow_type: pa.DataType  # the canonical Arrow type for ``delta_type`` (``type_map.arrow_type_of_delta``)
     nullable: bool
     comment: str | None
 
@@ -316,19 +311,6 @@ class ReconcileOutcome:
     @property
     def version_after(self) -> int | None:
         return self.state.version
-
-
-@dataclass(frozen=True)
-class VendedCredentials:
-    table: str
-    access: Access
-    url: str
-    expires_at: datetime  # timezone-aware UTC
-    storage_options: Mapping[str, SecretStr] = field(default_factory=dict)
-    token: SecretStr | None = None
-
-    def expired(self, now: datetime) -> bool:
-        return now >= self.expires_at
 
 
 @runtime_checkable

@@ -16,6 +16,7 @@ import pyarrow as pa
 from zerobus_orchestration.catalog.base import DesiredTable, TableCatalog, TableTags
 from zerobus_orchestration.config import CatalogBackend, Role, ZerobusConfig
 from zerobus_orchestration.errors import ConfigError, PlanRefusedError, PreconditionsUnmetError
+from zerobus_orchestration.locations import absolute_state_dir, absolute_warehouse
 from zerobus_orchestration.storage import config_storage_options
 
 
@@ -42,16 +43,6 @@ def catalog_from_config(cfg: ZerobusConfig) -> TableCatalog:
     return LocalCatalog(
         absolute_warehouse(cfg.warehouse), storage_options=config_storage_options(cfg), registry_path=registry
     )
-
-
-def absolute_warehouse(warehouse: str) -> str:
-    """A local warehouse path made absolute (URIs unchanged): it is resolved once, at start."""
-    return warehouse if "://" in warehouse else os.path.abspath(warehouse)
-
-
-def absolute_state_dir(cfg: ZerobusConfig) -> str:
-    """``cfg.state_path`` made absolute: it is resolved once, against the starting directory."""
-    return os.path.abspath(cfg.state_path.removeprefix("file://"))
 
 
 def read_schema(path: Path) -> pa.Schema:

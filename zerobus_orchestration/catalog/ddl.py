@@ -22,7 +22,7 @@ from zerobus_orchestration.catalog.plan import (
     column_mapping_first,
 )
 from zerobus_orchestration.tables import TableName
-from zerobus_orchestration.types import delta_type, quote_identifier
+from zerobus_orchestration.type_map import delta_type, quote_identifier
 
 _ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 

@@ -15,21 +15,19 @@ a type mismatch no cast can bridge (``UNRECONCILABLE``) is also counted per colu
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
-from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+# Re-exported: the guard's refusal tells users to import ``to_json`` from here.
+from zerobus_orchestration.catalog.json_text import to_json as to_json
 from zerobus_orchestration.errors import UnsupportedType, WriteBoundaryError
 from zerobus_orchestration.reserved import OFFSET
-from zerobus_orchestration.types import arrow_storage_type, can_widen_to, delta_type
+from zerobus_orchestration.type_map import arrow_storage_type, can_widen_to, delta_type
 
 if TYPE_CHECKING:
     from zerobus_orchestration.metrics import SinkMetrics
@@ -92,61 +90,6 @@ def record_type_reconcile(kind: str, *, table: str = "", metrics: SinkMetrics | 
             return
         metrics = default_metrics()
     metrics.type_reconcile.labels(table=table, kind=kind).inc()
-
-
-def _json_value(value: Any, t: pa.DataType) -> Any:
-    # Driven by the Arrow type, not the Python value: ``as_py`` turns a map into a list of pairs, so
-    # an empty map would look like an empty list.
-    if value is None:
-        return None
-    if pa.types.is_dictionary(t):
-        return _json_value(value, t.value_type)
-    if pa.types.is_map(t):
-        out: dict[str, Any] = {}
-        for k, v in value:
-            key = str(_json_value(k, t.key_type))
-            if key in out:
-                # A JSON object holds one value per key: keeping the last would drop data silently.
-                raise ValueError(
-                    f"to_json: a map holds the key {key!r} more than once, which a JSON object cannot; "
-                    "deduplicate the map's keys first"
-                )
-            out[key] = _json_value(v, t.item_type)
-        return out
-    if pa.types.is_struct(t):
-        return {
-            t.field(i).name: _json_value(value[t.field(i).name], t.field(i).type) for i in range(t.num_fields)
-        }
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return [_json_value(v, t.value_type) for v in value]
-    if pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
-        return [_json_value(v, t.value_type) for v in value]
-    if isinstance(value, datetime | date | time):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    return value
-
-
-def to_json(column: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """A STRING column holding each value as compact JSON (nulls stay null).
-
-    The explicit way to put a struct/list/map column into a STRING target: ``batch.set_column(i, name,
-    to_json(batch.column(i)))``. Timestamps and dates become ISO-8601, binary base64, decimals strings;
-    maps become objects (a map repeating a key raises ``ValueError``).
-    """
-    values = column.to_pylist()
-    out = [
-        None
-        if v is None
-        else json.dumps(_json_value(v, column.type), separators=(",", ":"), ensure_ascii=False)
-        for v in values
-    ]
-    return pa.array(out, type=pa.string())
 
 
 @dataclass(frozen=True)
@@ -397,7 +340,7 @@ def _same_family(a: pa.DataType, b: pa.DataType) -> bool:
     return fa == fb or (fa in numeric and fb in numeric)
 
 
-def check_batch(
+def conform_batch(
     table: str, batch: pa.RecordBatch, target: pa.Schema, *, metrics: SinkMetrics | None = None
 ) -> pa.RecordBatch:
     """``batch`` cast and ordered as ``target`` (omitted nullable columns stay omitted), or raise.
@@ -457,7 +400,9 @@ def check_batch(
         message = first.message
         if len(problems) > 1:
             message += "\nAlso:\n  " + "\n  ".join(p.message for p in problems[1:])
-        raise WriteBoundaryError(message, table=table, column=first.column, kind=first.kind)
+        raise WriteBoundaryError(
+            message, table=table, column=first.column, kind=first.kind, columns=[p.column for p in problems]
+        )
     for kind in dict.fromkeys(casts):
         record_type_reconcile(kind, table=table, metrics=metrics)
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=batch.schema.metadata))

@@ -5,7 +5,7 @@ The registry at ``<warehouse>/_zerobus/catalog.sqlite`` records what the log can
 name, location, role, emulated capabilities and the sinks writing to the table. Tables live where
 ``tables.table_uri`` says, so the emulator's materialiser finds them.
 
-delta-rs limits shape the execution (reference §1):
+delta-rs limits shape the execution (docs/architecture.md#delta-rs):
 - ``WidenColumn`` is refused: delta-rs has no type widening. ``plan`` already turns it into a ``Refuse``
   step, so ``zerobus-orch plan`` shows the refusal that ``reconcile`` would raise.
 - a ``primary_raw`` table is created with the UniForm keys as inert properties and deletion vectors
@@ -62,8 +62,9 @@ from zerobus_orchestration.errors import (
     UnsupportedType,
     ZerobusOrchestrationError,
 )
+from zerobus_orchestration.locations import is_local
 from zerobus_orchestration.tables import TableName, check_embedded_storage, table_uri, zerobus_dir
-from zerobus_orchestration.types import delta_json_type
+from zerobus_orchestration.type_map import delta_json_type
 
 REGISTRY_FILE = "catalog.sqlite"
 LOCAL_CREDENTIAL_TTL = timedelta(hours=1)
@@ -87,10 +88,6 @@ _SCHEMA_SQL = (
 )
 
 
-def _is_local(uri: str) -> bool:
-    return "://" not in uri or uri.startswith("file://")
-
-
 class LocalCatalog:
     """``TableCatalog`` over a warehouse folder (or an ``s3://`` warehouse with ``registry_path``)."""
 
@@ -104,7 +101,7 @@ class LocalCatalog:
         self.warehouse = str(warehouse)
         self._storage_options = dict(storage_options or {})
         if registry_path is None:
-            if not _is_local(self.warehouse):
+            if not is_local(self.warehouse):
                 raise ConfigError(
                     f"warehouse {self.warehouse} is not a local folder; pass registry_path= for the local "
                     "catalog's SQLite registry"
@@ -260,7 +257,7 @@ class LocalCatalog:
             raise CatalogError(
                 f"table {full_name} is not registered; reconcile it before vending credentials"
             )
-        if not _is_local(self.warehouse):
+        if not is_local(self.warehouse):
             raise NotSupportedError(
                 f"table {full_name}: per-table credential vending for an object-store warehouse is not "
                 "implemented by the local backend; pass storage options to the writer"

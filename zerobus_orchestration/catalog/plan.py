@@ -1,6 +1,7 @@
 """Reconcile plans are values: ``plan(live, desired)`` is a pure diff.
 
-Steps: ``CreateTable``, ``AddColumn``, ``WidenColumn``, ``SetComment``, ``SetProperty`` and ``Refuse``.
+Steps (their types are in ``catalog/steps.py``): ``CreateTable``, ``AddColumn``, ``WidenColumn``,
+``SetComment``, ``SetProperty`` and ``Refuse``.
 Backends execute the non-refusing steps (local: delta-rs; unity: SQL from ``catalog/ddl.py``);
 any ``Refuse`` stops the whole plan with ``PlanRefusedError`` before anything runs. A plan with no
 steps means the table already is what was asked for: executing it must create no new table version.
@@ -23,10 +24,7 @@ Rules:
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
@@ -39,198 +37,41 @@ from zerobus_orchestration.catalog.base import (
     LiveColumn,
     TableState,
 )
+from zerobus_orchestration.catalog.steps import (
+    AddColumn,
+    ColumnDef,
+    CreateTable,
+    ReconcilePlan,
+    Refuse,
+    SetComment,
+    SetProperty,
+    Step,
+    WidenColumn,
+)
 from zerobus_orchestration.config import CommentPolicy, Role
 from zerobus_orchestration.contracts import CommentStatus, comment_status, managed_comment
-from zerobus_orchestration.errors import PlanRefusedError, UnsupportedType
-from zerobus_orchestration.types import arrow_storage_type, can_widen_to, delta_type, iceberg_legal_widening
+from zerobus_orchestration.errors import UnsupportedType
+from zerobus_orchestration.type_map import (
+    arrow_storage_type,
+    can_widen_to,
+    delta_type,
+    iceberg_legal_widening,
+)
 
-
-@dataclass(frozen=True)
-class ColumnDef:
-    """A column as the catalog will declare it (storage type, Delta type text, managed comment)."""
-
-    name: str
-    delta_type: str
-    arrow_type: pa.DataType
-    nullable: bool
-    comment: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "type": self.delta_type,
-            "nullable": self.nullable,
-            "comment": self.comment,
-        }
-
-
-@dataclass(frozen=True)
-class CreateTable:
-    table: str
-    columns: tuple[ColumnDef, ...]
-    properties: Mapping[str, str]
-    kind: str = field(default="create_table", init=False)
-
-    def describe(self) -> str:
-        return f"create table {self.table} ({', '.join(f'{c.name} {c.delta_type}' for c in self.columns)})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "table": self.table,
-            "columns": [c.to_dict() for c in self.columns],
-            "properties": dict(self.properties),
-        }
-
-
-@dataclass(frozen=True)
-class AddColumn:
-    table: str
-    column: ColumnDef
-    kind: str = field(default="add_column", init=False)
-
-    def describe(self) -> str:
-        return f"add column {self.column.name} {self.column.delta_type} to {self.table}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "table": self.table, "column": self.column.to_dict()}
-
-
-@dataclass(frozen=True)
-class WidenColumn:
-    table: str
-    column: str
-    from_type: str
-    to_type: str
-    arrow_type: pa.DataType
-    kind: str = field(default="widen_column", init=False)
-
-    def describe(self) -> str:
-        return f"widen {self.table}.{self.column} from {self.from_type} to {self.to_type}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "table": self.table,
-            "column": self.column,
-            "from": self.from_type,
-            "to": self.to_type,
-        }
-
-
-@dataclass(frozen=True)
-class SetComment:
-    table: str
-    column: str
-    comment: str
-    previous: str | None
-    kind: str = field(default="set_comment", init=False)
-
-    def describe(self) -> str:
-        return f"set comment of {self.table}.{self.column} to {self.comment!r}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "table": self.table,
-            "column": self.column,
-            "comment": self.comment,
-            "previous": self.previous,
-        }
-
-
-@dataclass(frozen=True)
-class SetProperty:
-    table: str
-    key: str
-    value: str
-    previous: str | None
-    kind: str = field(default="set_property", init=False)
-
-    def describe(self) -> str:
-        return f"set property {self.key}={self.value!r} on {self.table} (was {self.previous!r})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "table": self.table,
-            "key": self.key,
-            "value": self.value,
-            "previous": self.previous,
-        }
-
-
-@dataclass(frozen=True)
-class Refuse:
-    table: str
-    column: str | None
-    reason: str
-    live_type: str | None = None
-    desired_type: str | None = None
-    kind: str = field(default="refuse", init=False)
-
-    def describe(self) -> str:
-        where = f"{self.table}.{self.column}" if self.column is not None else self.table
-        types = ""
-        if self.live_type is not None or self.desired_type is not None:
-            types = f" (live {self.live_type or '-'}, desired {self.desired_type or '-'})"
-        return f"refuse {where}: {self.reason}{types}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "table": self.table,
-            "column": self.column,
-            "reason": self.reason,
-            "live_type": self.live_type,
-            "desired_type": self.desired_type,
-        }
-
-
-Step = CreateTable | AddColumn | WidenColumn | SetComment | SetProperty | Refuse
-
-
-@dataclass(frozen=True)
-class ReconcilePlan:
-    table: str
-    steps: tuple[Step, ...]
-    notes: tuple[str, ...] = ()  # reported, not executed (e.g. human-edited comments kept)
-
-    @property
-    def empty(self) -> bool:
-        return not self.steps
-
-    @property
-    def refusals(self) -> tuple[Refuse, ...]:
-        return tuple(s for s in self.steps if isinstance(s, Refuse))
-
-    @property
-    def creates(self) -> bool:
-        return any(isinstance(s, CreateTable) for s in self.steps)
-
-    def raise_if_refused(self) -> None:
-        refusals = self.refusals
-        if refusals:
-            reasons = [r.describe() for r in refusals]
-            raise PlanRefusedError(
-                f"reconcile of {self.table} refused ({len(reasons)} problem(s)):\n  " + "\n  ".join(reasons),
-                reasons,
-            )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"table": self.table, "steps": [s.to_dict() for s in self.steps], "notes": list(self.notes)}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    def __str__(self) -> str:
-        if self.empty:
-            head = f"{self.table}: up to date"
-        else:
-            head = f"{self.table}: {len(self.steps)} step(s)\n" + "\n".join(
-                f"  - {s.describe()}" for s in self.steps
-            )
-        return head + "".join(f"\n  note: {n}" for n in self.notes)
+__all__ = [
+    "AddColumn",
+    "ColumnDef",
+    "CreateTable",
+    "ReconcilePlan",
+    "Refuse",
+    "SetComment",
+    "SetProperty",
+    "Step",
+    "WidenColumn",
+    "column_mapping_first",
+    "names_needing_column_mapping",
+    "plan",
+]
 
 
 def plan(live: TableState | None, desired: DesiredTable, allow_widening: bool = False) -> ReconcilePlan:

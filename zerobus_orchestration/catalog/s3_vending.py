@@ -2,9 +2,10 @@
 
 Down-scoping is done with one IAM role per (table, access): ``twg-<table>-<hash>-ro`` may list the
 bucket and read objects under the table's prefix; ``...-rw`` may also put and delete them there.
-``AssumeRole`` session policies are not used: moto never enforces them (reference §5), and a role per
-table keeps the grant visible in IAM. Roles are created by an administrator once
-(``S3TableRoleProvisioner``); the vendor principal only needs ``sts:AssumeRole`` on them.
+``AssumeRole`` session policies are not used: moto never enforces them
+(docs/architecture.md#moto-local-s3-and-sts), and a role per table keeps the grant visible in IAM.
+Roles are created by an administrator once (``S3TableRoleProvisioner``); the vendor principal only
+needs ``sts:AssumeRole`` on them.
 
 Credentials carry STS's ``Expiration``; callers go through ``storage.CredentialCache`` to re-vend
 before expiry.

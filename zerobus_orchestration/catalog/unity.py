@@ -3,11 +3,12 @@
 - ``describe``: the table's REST JSON (``GET /api/2.1/unity-catalog/tables/<name>``, parsed with the SDK's
   own ``TableInfo.from_dict``, which is what ``tables.get`` does; the raw JSON is kept because the typed
   ``TableInfo`` drops ``delta_uniform_iceberg``), then ``DESCRIBE DETAIL`` for the protocol and table
-  features (authoritative; REST ``properties`` are only a hint) and ``DESCRIBE HISTORY`` for the version.
+  features (authoritative; REST ``properties`` are only a hint; both read by ``unity_tables``) and
+  ``DESCRIBE HISTORY`` for the version.
 - ``reconcile``: the shared pure plan (``plan.plan``), rendered by the shared ``ddl.render_plan`` and run
-  one statement at a time through the SQL Statement Execution API on ``sql_warehouse_id``. A failed
-  statement does not raise in the SDK: each final state is checked, PENDING/RUNNING is polled, and a
-  failure raises ``StatementFailedError`` naming the statement, the error and what had already run.
+  one statement at a time through the SQL Statement Execution API on ``sql_warehouse_id``
+  (``unity_sql``: polling, and a failure raises ``StatementFailedError`` naming the statement, the error
+  and what had already run).
   The primary-raw properties are declared at CREATE only (or on an explicit repair): a live table
   whose properties drifted is refused by the preconditions, never set back.
   A column or nested field name Delta accepts only with column mapping (space , ; { } ( ) newline
@@ -25,25 +26,18 @@ secret; the SDK refreshes tokens) or a personal access token.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 from databricks.sdk import WorkspaceClient
 from databricks.sdk.config import Config
-from databricks.sdk.errors import NotFound, PermissionDenied
+from databricks.sdk.errors import NotFound
 from databricks.sdk.errors.base import DatabricksError
-from databricks.sdk.service.catalog import ColumnInfo, TableInfo, TableOperation
-from databricks.sdk.service.sql import (
-    ExecuteStatementRequestOnWaitTimeout,
-    StatementResponse,
-    StatementState,
-)
+from databricks.sdk.service.catalog import TableInfo
 from pydantic import SecretStr
 
 from zerobus_orchestration import __version__
@@ -54,8 +48,6 @@ from zerobus_orchestration.catalog.base import (
     PROP_ROLE,
     Access,
     DesiredTable,
-    LiveColumn,
-    ProtocolInfo,
     ReconcileOutcome,
     TableState,
     VendedCredentials,
@@ -76,75 +68,34 @@ from zerobus_orchestration.catalog.plan import (
     names_needing_column_mapping,
     plan,
 )
+from zerobus_orchestration.catalog.unity_credentials import vend_table_credentials
+from zerobus_orchestration.catalog.unity_sql import (
+    DEFAULT_POLLING,
+    MAPPING_CHARS_TEXT,
+    StatementRunner,
+    lost_a_race,
+)
+
+# Re-exported: callers build a ``UnityCatalog(..., polling=StatementPolling(...))`` from this module.
+from zerobus_orchestration.catalog.unity_sql import StatementPolling as StatementPolling
+from zerobus_orchestration.catalog.unity_tables import (
+    json_map,
+    live_column,
+    opt_int,
+    protocol_of,
+    user_properties,
+)
 from zerobus_orchestration.config import Role, ZerobusConfig
-from zerobus_orchestration.errors import CatalogError, ConfigError, NotSupportedError, UnsupportedType
+from zerobus_orchestration.errors import (
+    CatalogError,
+    ConfigError,
+    StatementFailedError,
+)
 from zerobus_orchestration.tables import TableName
-from zerobus_orchestration.types import arrow_type_of_delta, delta_type
 
 SINK_PREFIX = "twg.sink."
 TYPE_WIDENING = "delta.enableTypeWidening"
-# Protocol keys some workspaces echo in REST ``properties``; the protocol lives in ``TableState.protocol``.
-_PROTOCOL_KEYS = ("delta.minReaderVersion", "delta.minWriterVersion")
-_PROTOCOL_PREFIX = "delta.feature."
-# Reader-writer table features: listed as reader features once the reader version is 3.
-_READER_WRITER_FEATURES = frozenset(
-    {
-        "columnMapping",
-        "deletionVectors",
-        "timestampNtz",
-        "typeWidening",
-        "typeWidening-preview",
-        "v2Checkpoint",
-        "vacuumProtocolCheck",
-        "variantType",
-        "variantType-preview",
-    }
-)
 _SINK_ID = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
-_ERROR_CLASS = re.compile(r"^\[(?P<cls>[A-Z0-9_.]+)\]")
-
-
-class StatementFailedError(CatalogError):
-    """A DDL statement ended FAILED/CANCELED/CLOSED, or did not finish in time."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        statement: str,
-        state: str,
-        error_code: str | None,
-        sql_error_class: str | None,
-        error_message: str | None,
-        executed: Sequence[str] = (),
-    ) -> None:
-        super().__init__(message)
-        self.statement = statement
-        self.state = state
-        self.error_code = error_code
-        self.sql_error_class = sql_error_class  # e.g. DELTA_ICEBERG_COMPAT_VIOLATION.DELETION_VECTORS_...
-        self.error_message = error_message
-        self.executed = tuple(executed)
-
-
-# Error classes that mean someone else changed the table between our describe and our statement.
-_RACE_ERROR_CLASSES = frozenset(
-    {
-        "TABLE_OR_VIEW_ALREADY_EXISTS",
-        "COLUMN_ALREADY_EXISTS",
-        "FIELD_ALREADY_EXISTS",
-        "FIELDS_ALREADY_EXISTS",
-        "DELTA_DUPLICATE_COLUMNS_FOUND",
-        "DELTA_METADATA_CHANGED",
-        "DELTA_PROTOCOL_CHANGED",
-    }
-)
-
-
-def lost_a_race(failure: StatementFailedError) -> bool:
-    """Whether ``failure`` says another writer got to the table first (worth one re-plan)."""
-    error_class = (failure.sql_error_class or "").split(".")[0]
-    return error_class in _RACE_ERROR_CLASSES or error_class.startswith("DELTA_CONCURRENT_")
 
 
 @dataclass(frozen=True)
@@ -154,16 +105,6 @@ class UniformStatus:
     converted_delta_version: int | None
     converted_delta_timestamp: int | None
     metadata_location: str | None
-
-
-@dataclass(frozen=True)
-class StatementPolling:
-    """How long a statement may run and how it is polled (``wait_timeout`` is the server-side wait)."""
-
-    wait_timeout: str = "30s"
-    poll_initial_s: float = 0.2
-    poll_max_s: float = 5.0
-    deadline_s: float = 600.0
 
 
 def workspace_client(
@@ -204,18 +145,15 @@ class UnityCatalog:
         warehouse_id: str,
         *,
         allow_widening: bool = False,
-        polling: StatementPolling = StatementPolling(),
+        polling: StatementPolling = DEFAULT_POLLING,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not warehouse_id:
             raise ConfigError("unity catalog: zerobus.catalog.sql_warehouse_id is required to run DDL")
         self._client = client
-        self._warehouse_id = warehouse_id
         self._allow_widening = allow_widening
-        self._polling = polling
-        self._sleep = sleep
-        self._clock = clock
+        self._sql = StatementRunner(client, warehouse_id, polling=polling, sleep=sleep, clock=clock)
 
     @classmethod
     def from_config(
@@ -224,7 +162,7 @@ class UnityCatalog:
         *,
         token: SecretStr | str | None = None,
         retry_timeout_seconds: int | None = None,
-        polling: StatementPolling = StatementPolling(),
+        polling: StatementPolling = DEFAULT_POLLING,
     ) -> UnityCatalog:
         if not config.workspace_url:
             raise ConfigError("unity catalog: zerobus.workspace_url is required")
@@ -257,14 +195,14 @@ class UnityCatalog:
             return None
         info = TableInfo.from_dict(raw)
         detail = self._describe_detail(name)
-        properties = _user_properties(info.properties or {})
-        properties.update(_user_properties(_json_map(detail.get("properties"))))
+        properties = user_properties(info.properties or {})
+        properties.update(user_properties(json_map(detail.get("properties"))))
         role_value = properties.get(PROP_ROLE)
         return TableState(
             name=name.full_name,
-            columns=tuple(_live_column(name, c) for c in info.columns or ()),
+            columns=tuple(live_column(name, c) for c in info.columns or ()),
             properties=properties,
-            protocol=_protocol(detail),
+            protocol=protocol_of(detail),
             table_id=info.table_id,
             location=info.storage_location,
             version=self._version(name),
@@ -280,8 +218,8 @@ class UnityCatalog:
         if not isinstance(block, Mapping):
             return None
         return UniformStatus(
-            converted_delta_version=_opt_int(block.get("converted_delta_version")),
-            converted_delta_timestamp=_opt_int(block.get("converted_delta_timestamp")),
+            converted_delta_version=opt_int(block.get("converted_delta_version")),
+            converted_delta_timestamp=opt_int(block.get("converted_delta_timestamp")),
             metadata_location=block.get("metadata_location"),
         )
 
@@ -302,14 +240,14 @@ class UnityCatalog:
         return raw
 
     def _describe_detail(self, name: TableName) -> dict[str, Any]:
-        rows = self._query(describe_detail_sql(name))
+        rows = self._sql.query(describe_detail_sql(name))
         if not rows:
             raise CatalogError(f"DESCRIBE DETAIL {name} returned no row")
         return rows[0]
 
     def _version(self, name: TableName) -> int | None:
-        rows = self._query(latest_history_sql(name))
-        return _opt_int(rows[0].get("version")) if rows else None
+        rows = self._sql.query(latest_history_sql(name))
+        return opt_int(rows[0].get("version")) if rows else None
 
     # -- reconcile --------------------------------------------------------------------------------
 
@@ -381,7 +319,7 @@ class UnityCatalog:
         )
         note = (
             f"{steps.table}: column mapping 'name' is turned on because {_quoted(needing)} contain "
-            f"characters Delta allows in column names only with column mapping ({_CHARS_TEXT})"
+            f"characters Delta allows in column names only with column mapping ({MAPPING_CHARS_TEXT})"
         )
         return ReconcilePlan(mapped.table, mapped.steps, (*mapped.notes, note))
 
@@ -400,7 +338,7 @@ class UnityCatalog:
         """Run ``statements`` in order; the first that does not succeed raises ``StatementFailedError``."""
         done: list[str] = []
         for statement in statements:
-            self._run(statement, done)
+            self._sql.run(statement, done)
             done.append(statement)
 
     def register_sink(self, table: str, sink_id: str) -> None:
@@ -421,104 +359,7 @@ class UnityCatalog:
 
     def vend_credentials(self, table: str, access: Access) -> VendedCredentials:
         name = TableName.parse(table)
-        raw = self._raw_table(name)
-        if raw is None or not raw.get("table_id"):
-            raise CatalogError(f"vend_credentials: table {name} does not exist in Unity Catalog")
-        table_type = str(raw.get("table_type") or "")
-        data_format = str(raw.get("data_source_format") or "DELTA")
-        if access is Access.WRITE and table_type == "MANAGED" and data_format != "ICEBERG":
-            # Unity Catalog answers PERMISSION_DENIED here; say why and what to do instead.
-            raise NotSupportedError(
-                f"write credentials for {name}: it is a MANAGED {data_format} table, and Unity Catalog "
-                "vends write credentials only for EXTERNAL tables (and managed Iceberg tables); producers "
-                "write managed tables through Zerobus with the OAuth service principal instead"
-            )
-        operation = TableOperation.READ_WRITE if access is Access.WRITE else TableOperation.READ
-        try:
-            response = self._client.temporary_table_credentials.generate_temporary_table_credentials(
-                table_id=str(raw["table_id"]), operation=operation
-            )
-        except PermissionDenied as exc:
-            raise CatalogError(
-                f"vend_credentials: Unity Catalog refused {operation.value} credentials for {name} "
-                f"({table_type or 'unknown'} table): {exc}. The caller needs EXTERNAL USE SCHEMA on the "
-                "schema and the metastore needs external data access enabled"
-            ) from exc
-        if response.expiration_time is None:
-            raise CatalogError(f"vend_credentials for {name}: the response carries no expiration_time")
-        options: dict[str, SecretStr] = {}
-        token: SecretStr | None = None
-        aws = response.aws_temp_credentials
-        if aws is not None:
-            for key, value in (
-                ("AWS_ACCESS_KEY_ID", aws.access_key_id),
-                ("AWS_SECRET_ACCESS_KEY", aws.secret_access_key),
-                ("AWS_SESSION_TOKEN", aws.session_token),
-            ):
-                if value:
-                    options[key] = SecretStr(value)
-        elif response.azure_user_delegation_sas is not None and response.azure_user_delegation_sas.sas_token:
-            options["AZURE_STORAGE_SAS_TOKEN"] = SecretStr(response.azure_user_delegation_sas.sas_token)
-        elif response.gcp_oauth_token is not None and response.gcp_oauth_token.oauth_token:
-            token = SecretStr(response.gcp_oauth_token.oauth_token)
-        else:
-            raise NotSupportedError(f"vend_credentials for {name}: no credential kind this package can use")
-        return VendedCredentials(
-            table=name.full_name,
-            access=access,
-            url=response.url or str(raw.get("storage_location") or ""),
-            expires_at=datetime.fromtimestamp(response.expiration_time / 1000, tz=UTC),
-            storage_options=options,
-            token=token,
-        )
-
-    # -- statements -------------------------------------------------------------------------------
-
-    def _query(self, statement: str) -> list[dict[str, Any]]:
-        """Rows of a small result set as dicts (JSON_ARRAY cells are strings or null)."""
-        response = self._run(statement, ())
-        manifest = response.manifest
-        columns = (
-            [c.name or "" for c in (manifest.schema.columns or [])] if manifest and manifest.schema else []
-        )
-        data = (response.result.data_array if response.result else None) or []
-        return [dict(zip(columns, row, strict=False)) for row in data]
-
-    def _run(self, statement: str, executed: Sequence[str]) -> StatementResponse:
-        api = self._client.statement_execution
-        try:
-            response = api.execute_statement(
-                statement=statement,
-                warehouse_id=self._warehouse_id,
-                wait_timeout=self._polling.wait_timeout,
-                on_wait_timeout=ExecuteStatementRequestOnWaitTimeout.CONTINUE,
-            )
-        except DatabricksError as exc:  # HTTP-level: unknown warehouse, no permission, ...
-            raise CatalogError(
-                f"statement could not be submitted to SQL warehouse {self._warehouse_id} ({exc})\n"
-                f"  statement: {statement}"
-            ) from exc
-        deadline = self._clock() + self._polling.deadline_s
-        delay = self._polling.poll_initial_s
-        while _state(response) in (StatementState.PENDING, StatementState.RUNNING):
-            if self._clock() >= deadline:
-                if response.statement_id:
-                    api.cancel_execution(response.statement_id)
-                raise _failure(
-                    statement, response, executed, f"did not finish in {self._polling.deadline_s:g}s"
-                )
-            self._sleep(delay)
-            delay = min(delay * 2, self._polling.poll_max_s)
-            if not response.statement_id:
-                raise _failure(statement, response, executed, "the response has no statement_id to poll")
-            response = api.get_statement(response.statement_id)
-        if _state(response) is not StatementState.SUCCEEDED:
-            raise _failure(statement, response, executed, None)
-        return response
-
-
-# The characters of ``CHARS_NEEDING_COLUMN_MAPPING`` spelled for messages (space and controls named).
-_CHARS_TEXT = "space , ; { } ( ) newline tab ="
+        return vend_table_credentials(self._client, name, self._raw_table(name), access)
 
 
 def _mapping_mode_after(live: TableState | None, steps: ReconcilePlan) -> str:
@@ -536,7 +377,7 @@ def _clashes_with_pinned_mode(table: str, name: str, pinned: str) -> Refuse:
     return Refuse(
         table,
         name,
-        f"the name contains characters ({_CHARS_TEXT}) that Delta allows only with column mapping "
+        f"the name contains characters ({MAPPING_CHARS_TEXT}) that Delta allows only with column mapping "
         f"(DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES), but the desired properties pin "
         f"'{COLUMN_MAPPING_MODE}' = {pinned!r}; rename it (e.g. {safe!r}) or set "
         f"'{COLUMN_MAPPING_MODE}' = 'name'",
@@ -545,96 +386,6 @@ def _clashes_with_pinned_mode(table: str, name: str, pinned: str) -> Refuse:
 
 def _quoted(names: Sequence[str]) -> str:
     return ", ".join(repr(n) for n in names)
-
-
-def _state(response: StatementResponse) -> StatementState | None:
-    return response.status.state if response.status else None
-
-
-def _failure(
-    statement: str, response: StatementResponse, executed: Sequence[str], why: str | None
-) -> StatementFailedError:
-    state = _state(response)
-    error = response.status.error if response.status else None
-    code = error.error_code.value if error and error.error_code else None
-    message = error.message if error else None
-    match = _ERROR_CLASS.match(message or "")
-    error_class = match.group("cls") if match else None
-    reason = (
-        why or f"{state.value if state else 'no state'}: {error_class or code or 'error'}: {message or ''}"
-    )
-    text = f"statement failed ({reason.strip()})\n  statement: {statement}"
-    if executed:
-        text += f"\n  already applied ({len(executed)}): " + "; ".join(executed)
-    if error_class and error_class.startswith("DELTA_ICEBERG_COMPAT_VIOLATION.DELETION_VECTORS"):
-        text += "\n  fix: set 'delta.enableDeletionVectors' = 'false' (and purge existing deletion vectors)"
-    if error_class == "DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES":
-        text += (
-            f"\n  fix: rename the column without {_CHARS_TEXT}, or turn column mapping on first "
-            f"(set '{COLUMN_MAPPING_MODE}' = 'name')"
-        )
-    return StatementFailedError(
-        text,
-        statement=statement,
-        state=state.value if state else "UNKNOWN",
-        error_code=code,
-        sql_error_class=error_class,
-        error_message=message,
-        executed=executed,
-    )
-
-
-def _live_column(table: TableName, column: ColumnInfo) -> LiveColumn:
-    if not column.type_json:
-        raise CatalogError(f"table {table}: column {column.name!r} has no type_json in Unity Catalog")
-    field = json.loads(column.type_json)
-    try:
-        arrow = arrow_type_of_delta(field["type"])
-    except UnsupportedType as exc:
-        raise UnsupportedType(f"table {table}, column {column.name!r}: {exc}") from exc
-    return LiveColumn(
-        name=column.name or field["name"],
-        delta_type=delta_type(arrow),
-        arrow_type=arrow,
-        nullable=column.nullable if column.nullable is not None else bool(field.get("nullable", True)),
-        comment=column.comment
-        if column.comment is not None
-        else (field.get("metadata") or {}).get("comment"),
-    )
-
-
-def _protocol(detail: Mapping[str, Any]) -> ProtocolInfo:
-    reader = _opt_int(detail.get("minReaderVersion")) or 1
-    writer = _opt_int(detail.get("minWriterVersion")) or 2
-    features = frozenset(str(f) for f in _json_list(detail.get("tableFeatures")))
-    reader_features = (
-        frozenset(f for f in features if f in _READER_WRITER_FEATURES) if reader >= 3 else frozenset()
-    )
-    return ProtocolInfo(reader, writer, reader_features, features if writer >= 7 else frozenset())
-
-
-def _user_properties(props: Mapping[str, Any]) -> dict[str, str]:
-    return {
-        str(k): str(v)
-        for k, v in props.items()
-        if k not in _PROTOCOL_KEYS and not str(k).startswith(_PROTOCOL_PREFIX)
-    }
-
-
-def _json_map(cell: Any) -> dict[str, Any]:
-    value = json.loads(cell) if isinstance(cell, str) else cell
-    return dict(value) if isinstance(value, Mapping) else {}
-
-
-def _json_list(cell: Any) -> list[Any]:
-    value = json.loads(cell) if isinstance(cell, str) else cell
-    return list(value) if isinstance(value, list) else []
-
-
-def _opt_int(value: Any) -> int | None:
-    if value is None or value == "":
-        return None
-    return int(value)
 
 
 class UniformVersionProbe:

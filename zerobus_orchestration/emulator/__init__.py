@@ -9,17 +9,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from zerobus_orchestration.emulator.errors import EmulatorError
     from zerobus_orchestration.emulator.faults import FaultInjector, FaultKind, FaultSpec, load_faults
-    from zerobus_orchestration.emulator.server import Emulator, EmulatorError
+    from zerobus_orchestration.emulator.server import Emulator
 
 __all__ = ["Emulator", "EmulatorError", "FaultInjector", "FaultKind", "FaultSpec", "load_faults"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Emulator", "EmulatorError"):
+    if name == "Emulator":
         from zerobus_orchestration.emulator import server
 
-        return getattr(server, name)
+        return server.Emulator
+    if name == "EmulatorError":
+        from zerobus_orchestration.emulator import errors
+
+        return errors.EmulatorError
     if name in ("FaultInjector", "FaultKind", "FaultSpec", "load_faults"):
         from zerobus_orchestration.emulator import faults
 

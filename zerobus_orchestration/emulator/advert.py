@@ -14,7 +14,6 @@ import fcntl
 import hashlib
 import json
 import os
-import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
@@ -23,6 +22,10 @@ from typing import Any
 
 from zerobus_orchestration.config import EmulatorConfig
 from zerobus_orchestration.emulator.private import open_private
+from zerobus_orchestration.retry import Backoff, poll_until
+
+# A constant, short poll: the lock holder (a starting daemon) releases within a second or two.
+_LOCK_POLL = Backoff(initial_s=0.02, max_s=0.02, multiplier=1.0)
 
 ADVERT_FILE = "emulator.json"
 LOCK_FILE = "emulator.lock"
@@ -165,18 +168,19 @@ class StartLock:
     def acquire(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the lock; False when it stayed taken."""
         fd = open_private(self.path, os.O_RDWR)
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        def locked() -> bool | None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    return False
-                time.sleep(0.02)
-                continue
-            self._fd = fd
+                return None
             return True
+
+        if poll_until(locked, timeout_s=timeout_s, backoff=_LOCK_POLL) is None:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
 
     def release(self) -> None:
         if self._fd is not None:

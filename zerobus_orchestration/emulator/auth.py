@@ -19,20 +19,7 @@ from urllib.parse import parse_qs
 
 from pydantic import SecretStr
 
-
-class TokenRequestError(Exception):
-    def __init__(self, status: int, error: str, description: str) -> None:
-        super().__init__(description)
-        self.status = status
-        self.body = {"error": error, "error_description": description}
-
-
-class AuthFailure(Exception):
-    """Why a bearer token may not write a table; ``code`` is the gRPC status name to answer with."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+from zerobus_orchestration.emulator.errors import AuthFailure, TokenRequestError
 
 
 @dataclass(frozen=True)

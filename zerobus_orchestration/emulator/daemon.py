@@ -7,6 +7,9 @@ by itself after ``idle_shutdown_s`` with no open stream and no HTTP request (or 
 committing its write-ahead log to Delta and removing its advertisement.
 
     python -m zerobus_orchestration.emulator --warehouse ./wh --daemon --json   # started by hand
+
+The runtime starts it as ``python -m zerobus_orchestration.embedded --daemon``, which hands in the
+credential vending (catalog code) this leaf package does not import.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -33,8 +35,12 @@ from zerobus_orchestration.emulator.advert import (
     remove_advertisement,
     write_advertisement,
 )
+from zerobus_orchestration.emulator.errors import EmulatorError
+from zerobus_orchestration.emulator.iceberg_rest import TableCredentialSource
 from zerobus_orchestration.emulator.private import private_dir
-from zerobus_orchestration.emulator.server import Emulator, EmulatorError
+from zerobus_orchestration.emulator.server import Emulator
+from zerobus_orchestration.emulator.start import start_emulator
+from zerobus_orchestration.locations import absolute_state_dir, local_path
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +48,8 @@ SHUTDOWN_LOCK_WAIT_S = 10.0  # a starter holds the lock only to check or start; 
 PREFER_PORTS_FLAG = "--prefer-ports"  # "GRPC,HTTP": a dead predecessor's ports, tried before free ones
 
 
-def state_dir(config: ZerobusConfig) -> Path:
-    """``config.state_path`` made absolute (as the runtime resolves it)."""
-    return Path(os.path.abspath(config.state_path.removeprefix("file://")))
-
-
 def daemon_paths(config: ZerobusConfig) -> DaemonPaths:
-    return DaemonPaths(state_dir(config))
+    return DaemonPaths(absolute_state_dir(config))
 
 
 def config_for_daemon(config: ZerobusConfig) -> str:
@@ -65,18 +66,24 @@ def config_for_daemon(config: ZerobusConfig) -> str:
 
     data = reveal(config.model_dump(mode="python"))
     if config.local_warehouse:
-        data["warehouse"] = os.path.abspath(config.warehouse.removeprefix("file://"))
-    data["state_dir"] = str(state_dir(config))
+        data["warehouse"] = os.path.abspath(local_path(config.warehouse))
+    data["state_dir"] = str(absolute_state_dir(config))
     return json.dumps(data, default=str)
 
 
 def run_daemon(
-    config: ZerobusConfig, *, as_json: bool = False, prefer_ports: tuple[int, int] | None = None
+    config: ZerobusConfig,
+    *,
+    as_json: bool = False,
+    prefer_ports: tuple[int, int] | None = None,
+    credentials: TableCredentialSource | None = None,
 ) -> int:
     """Serve ``config.warehouse`` until idle or signalled; the process exit code.
 
     ``prefer_ports`` (gRPC, HTTP): serve there if they are free and the config fixes no ports, so the
     clients of a daemon that died, whose SDK streams keep retrying its address, reconnect to this one.
+    ``credentials``: what the Iceberg REST facade vends readers (``zerobus.credential_vending``); the
+    embedded-mode entry point builds it, since vending is catalog code the emulator does not import.
     """
     paths = daemon_paths(config)
     private_dir(paths.state)
@@ -89,7 +96,7 @@ def run_daemon(
     signal.signal(signal.SIGINT, on_signal)
     log.info("zerobus emulator daemon %d starting for %s", os.getpid(), config.warehouse)
     try:
-        emulator = _start_emulator(config, prefer_ports)
+        emulator = _start_emulator(config, prefer_ports, credentials)
     except Exception:
         log.exception("zerobus emulator daemon %d could not start", os.getpid())
         return 1
@@ -124,19 +131,18 @@ def run_daemon(
     return 0
 
 
-def _start_emulator(config: ZerobusConfig, prefer_ports: tuple[int, int] | None) -> Emulator:
-    from zerobus_orchestration.runtime import _build_credentials, start_in_process_emulator
-
-    credentials = _build_credentials(config)
+def _start_emulator(
+    config: ZerobusConfig, prefer_ports: tuple[int, int] | None, credentials: TableCredentialSource | None
+) -> Emulator:
     fixed = config.emulator.port or config.emulator.token_port
     if prefer_ports is not None and not fixed:
         port, token_port = prefer_ports
         emulator = config.emulator.model_copy(update={"port": port, "token_port": token_port})
         try:
-            return start_in_process_emulator(config.model_copy(update={"emulator": emulator}), credentials)
+            return start_emulator(config.model_copy(update={"emulator": emulator}), credentials)
         except (EmulatorError, OSError) as exc:  # taken meanwhile: any free port will do
             log.warning("could not serve on the previous daemon's ports %s: %s", prefer_ports, exc)
-    return start_in_process_emulator(config, credentials)
+    return start_emulator(config, credentials)
 
 
 def _serve(emulator: Emulator, stop: threading.Event, lock: StartLock, idle_shutdown_s: float) -> str:

@@ -33,7 +33,7 @@ from zerobus_orchestration.emulator.advert import (
     pid_alive,
     read_advertisement,
 )
-from zerobus_orchestration.errors import ZerobusOrchestrationError
+from zerobus_orchestration.emulator.errors import RemoteEmulatorError
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +55,6 @@ class EmulatorHandle(Protocol):
         ...
 
     def stop(self) -> None: ...
-
-
-class RemoteEmulatorError(ZerobusOrchestrationError):
-    """The shared emulator refused or failed a request."""
 
 
 Relaunch = Callable[[Advertisement], Advertisement]

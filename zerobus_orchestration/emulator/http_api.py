@@ -25,7 +25,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from pydantic import ValidationError
 
-from zerobus_orchestration.emulator.auth import TokenIssuer, TokenRequestError
+from zerobus_orchestration.emulator.auth import TokenIssuer
+from zerobus_orchestration.emulator.errors import TokenRequestError
 from zerobus_orchestration.emulator.faults import FaultInjector, FaultSpec
 
 log = logging.getLogger(__name__)

@@ -9,11 +9,8 @@ inside the Delta table folder. Iceberg reads the Delta Parquet files in place th
 Each converted snapshot records ``delta-version`` and ``delta-timestamp`` in its summary: the local
 equivalent of Unity Catalog's ``converted_delta_version`` that read-back waits for.
 
-Why data files are built by hand rather than with ``Table.add_files``: delta-rs names nested Parquet
-fields ``list.item`` / ``entries.key``, pyiceberg's statistics mapping expects ``list.element`` /
-``key_value.key`` and ``add_files`` fails with ``KeyError`` (apache/iceberg-python#716). Building the
-``DataFile`` with an aliasing column mapping works for plain and nested columns alike, so there is one
-code path for appends and for overwrites.
+This module schedules; the conversion of one Delta version into one Iceberg snapshot (and why its
+data files are built by hand) is ``uniform.py``'s.
 
 One background thread per mirror handles every watched table. A failed conversion is logged, counted
 and retried with backoff; it never ends the thread. A conversion that fails on the data itself (a
@@ -24,152 +21,45 @@ and the other tables keep being mirrored.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import logging
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import unquote, urlparse
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import (
     CommitFailedException,
-    NamespaceAlreadyExistsError,
     NoSuchTableError,
-    TableAlreadyExistsError,
 )
-from pyiceberg.io.pyarrow import (
-    compute_statistics_plan,
-    data_file_statistics_from_parquet_metadata,
-    parquet_path_to_id_mapping,
-)
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.table import Table as IcebergTable
 
-from zerobus_orchestration.errors import ZerobusOrchestrationError
+from zerobus_orchestration.emulator.uniform import (
+    convert_version,
+    iceberg_io_properties,
+    is_data_error,
+    snapshot_delta_version,
+)
+from zerobus_orchestration.locations import is_local
+from zerobus_orchestration.retry import Backoff
 from zerobus_orchestration.tables import TableName, table_uri, zerobus_dir
 
 log = logging.getLogger(__name__)
 
 ICEBERG_DB_NAME: Final = "iceberg.sqlite"
-DELTA_VERSION_KEY: Final = "delta-version"
-DELTA_TIMESTAMP_KEY: Final = "delta-timestamp"
-NAME_MAPPING_PROPERTY: Final = "schema.name-mapping.default"
 
 _COMMIT_ATTEMPTS: Final = 5
-_ERROR_BACKOFF_INITIAL_S: Final = 0.5
-_ERROR_BACKOFF_MAX_S: Final = 30.0
+# Between commit-conflict retries (a concurrent writer just committed): short, 50 ms up to 200 ms.
+_CONFLICT_BACKOFF: Final = Backoff(initial_s=0.05, max_s=0.2)
+_ERROR_BACKOFF: Final = Backoff(initial_s=0.5, max_s=30.0)  # between conversions failing on storage
 _IDLE_WAKEUP_S: Final = 1.0
 _MAX_CONSECUTIVE_ERRORS: Final = 8  # then the table is marked failed instead of retried forever
-
-# object_store (delta-rs) storage option -> pyiceberg FileIO property, for S3 warehouses.
-_STORAGE_TO_ICEBERG: Final = {
-    "aws_endpoint_url": "s3.endpoint",
-    "aws_endpoint": "s3.endpoint",
-    "endpoint_url": "s3.endpoint",
-    "aws_access_key_id": "s3.access-key-id",
-    "access_key_id": "s3.access-key-id",
-    "aws_secret_access_key": "s3.secret-access-key",
-    "secret_access_key": "s3.secret-access-key",
-    "aws_session_token": "s3.session-token",
-    "session_token": "s3.session-token",
-    "aws_region": "s3.region",
-    "region": "s3.region",
-}
-
-
-class MirrorError(ZerobusOrchestrationError):
-    """A Delta table the mirror cannot convert; the message names the table and the reason."""
-
-
-def iceberg_io_properties(storage_options: Mapping[str, str] | None) -> dict[str, str]:
-    """pyiceberg FileIO properties equivalent to delta-rs ``storage_options`` (S3 keys and endpoint)."""
-    props: dict[str, str] = {}
-    for key, value in (storage_options or {}).items():
-        mapped = _STORAGE_TO_ICEBERG.get(key.lower())
-        if mapped is not None:
-            props[mapped] = value
-    return props
-
-
-def delta_arrow_schema_with_docs(schema: pa.Schema) -> pa.Schema:
-    """The Delta schema with each column's ``comment`` metadata copied to ``doc``, which pyiceberg reads."""
-    return pa.schema([_field_with_doc(f) for f in schema], metadata=schema.metadata)
-
-
-def _field_with_doc(f: pa.Field) -> pa.Field:
-    dtype = f.type
-    if pa.types.is_struct(dtype):
-        dtype = pa.struct([_field_with_doc(dtype.field(i)) for i in range(dtype.num_fields)])
-    elif pa.types.is_map(dtype):
-        dtype = pa.map_(_field_with_doc(dtype.key_field), _field_with_doc(dtype.item_field))
-    elif pa.types.is_large_list(dtype):
-        dtype = pa.large_list(_field_with_doc(dtype.value_field))
-    elif pa.types.is_list(dtype):
-        dtype = pa.list_(_field_with_doc(dtype.value_field))
-    metadata = dict(f.metadata or {})
-    if b"comment" in metadata:
-        metadata[b"doc"] = metadata[b"comment"]
-    return pa.field(f.name, dtype, nullable=f.nullable, metadata=metadata or None)
-
-
-def _aliased_column_mapping(mapping: Mapping[str, int]) -> dict[str, int]:
-    """Parquet column path -> field id, also under delta-rs's (arrow-rs) nested names."""
-    aliased = dict(mapping)
-    for path, field_id in mapping.items():
-        alias = path.replace(".list.element", ".list.item").replace(".key_value.", ".entries.")
-        aliased.setdefault(alias, field_id)
-    return aliased
-
-
-def build_data_file(table: IcebergTable, file_path: str) -> DataFile:
-    """An Iceberg ``DataFile`` for an existing Parquet file, with statistics mapped by column name."""
-    metadata = table.metadata
-    schema = metadata.schema()
-    input_file = table.io.new_input(file_path)
-    with input_file.open() as stream:
-        parquet_metadata = pq.read_metadata(stream)
-    statistics = data_file_statistics_from_parquet_metadata(
-        parquet_metadata=parquet_metadata,
-        stats_columns=compute_statistics_plan(schema, metadata.properties),
-        parquet_column_mapping=_aliased_column_mapping(parquet_path_to_id_mapping(schema)),
-    )
-    return DataFile.from_args(
-        content=DataFileContent.DATA,
-        file_path=file_path,
-        file_format=FileFormat.PARQUET,
-        partition=statistics.partition(metadata.spec(), schema),
-        file_size_in_bytes=len(input_file),
-        sort_order_id=None,
-        spec_id=metadata.default_spec_id,
-        equality_ids=None,
-        key_metadata=None,
-        **statistics.to_serialized_dict(),
-    )
-
-
-def snapshot_delta_version(table: IcebergTable) -> int:
-    """The Delta version recorded in the current snapshot's summary; -1 without one."""
-    snapshot = table.current_snapshot()
-    if snapshot is None or snapshot.summary is None:
-        return -1
-    raw = snapshot.summary.additional_properties.get(DELTA_VERSION_KEY)
-    return int(raw) if raw is not None else -1
-
-
-def _is_local(warehouse: str) -> bool:
-    scheme = urlparse(warehouse).scheme
-    return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
 
 
 def _absolute(uri: str) -> str:
@@ -188,7 +78,7 @@ def default_catalog_db(warehouse: str) -> Path:
     SQLite needs a local file; for an object-store warehouse the file is kept per warehouse URI in the
     system temp directory (pass ``catalog_db`` to choose another place).
     """
-    if _is_local(warehouse):
+    if is_local(warehouse):
         return _local_path(zerobus_dir(warehouse)) / ICEBERG_DB_NAME
     digest = hashlib.sha256(warehouse.encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / "zerobus-iceberg" / digest / ICEBERG_DB_NAME
@@ -470,16 +360,14 @@ class IcebergMirror:
             self._convert(state, version)
         except Exception as exc:
             self._record_error(state, exc, traceback=state.consecutive_errors == 0)
-            if _is_data_error(exc) or state.consecutive_errors >= _MAX_CONSECUTIVE_ERRORS:
+            if is_data_error(exc) or state.consecutive_errors >= _MAX_CONSECUTIVE_ERRORS:
                 with self._lock:
                     state.failed = state.last_error
                     state.failed_version = version
                     state.retry_at = None
                 log.error("%s", self.failures().get(state.name.full_name, {}).get("message"))
                 return
-            backoff = min(
-                _ERROR_BACKOFF_MAX_S, _ERROR_BACKOFF_INITIAL_S * 2 ** (state.consecutive_errors - 1)
-            )
+            backoff = _ERROR_BACKOFF.delay(state.consecutive_errors - 1)
             with self._lock:
                 state.retry_at = time.monotonic() + backoff
                 state.pending.append((time.monotonic(), version))
@@ -513,7 +401,7 @@ class IcebergMirror:
                     if attempt == _COMMIT_ATTEMPTS:
                         raise
                     log.info("iceberg commit conflict on %s, retrying (attempt %d)", state.name, attempt)
-                    time.sleep(0.05 * attempt)
+                    time.sleep(_CONFLICT_BACKOFF.delay(attempt - 1))
         with self._lock:
             state.converted = max(state.converted, converted)
             state.highest_seen = max(state.highest_seen, converted)
@@ -526,130 +414,5 @@ class IcebergMirror:
 
     def _convert_once(self, state: _TableState, version: int | None) -> int:
         dt = self._delta_table(state.delta_uri)
-        latest = dt.version()
-        target = latest if version is None else min(version, latest)
-        if target != latest:
-            dt.load_as_version(target)
-        self._check_convertible(state.name, dt)
-
-        arrow_schema = delta_arrow_schema_with_docs(pa.schema(dt.schema().to_arrow()))
-        table = self._load_or_create(state, arrow_schema)
-        already = snapshot_delta_version(table)
-        if already >= target:
-            return already
-
-        with table.update_schema() as update:  # additive evolution; also extends the name mapping
-            update.union_by_name(arrow_schema)
-        table = table.refresh()
-
-        base = dt.table_uri.rstrip("/")
-        timestamp = _commit_timestamp(table, base, target)
-        delta_files = {_data_file_uri(base, p) for p in _add_action_paths(dt)}
-        registered = (
-            {task.file.file_path: task.file for task in table.scan().plan_files()}
-            if table.current_snapshot() is not None
-            else {}
-        )
-        to_add = sorted(delta_files - registered.keys())
-        to_remove = [registered[p] for p in sorted(registered.keys() - delta_files)]
-        summary = {DELTA_VERSION_KEY: str(target)}
-        if timestamp is not None:
-            summary[DELTA_TIMESTAMP_KEY] = str(timestamp)
-
-        new_files = [build_data_file(table, path) for path in to_add]
-        with table.transaction() as tx:
-            if NAME_MAPPING_PROPERTY not in tx.table_metadata.properties:
-                mapping = tx.table_metadata.schema().name_mapping
-                tx.set_properties({NAME_MAPPING_PROPERTY: mapping.model_dump_json()})
-            # A metadata-only Delta commit still gets a (file-less) snapshot, so the snapshot summary
-            # always carries the latest converted Delta version.
-            snapshot_update = tx.update_snapshot(snapshot_properties=summary)
-            if to_remove:
-                with snapshot_update.overwrite() as overwrite:
-                    for old in to_remove:
-                        overwrite.delete_data_file(old)
-                    for new in new_files:
-                        overwrite.append_data_file(new)
-            else:
-                with snapshot_update.fast_append() as append:
-                    for new in new_files:
-                        append.append_data_file(new)
-        log.info(
-            "mirrored %s Delta version %d to Iceberg (+%d -%d files)",
-            state.name,
-            target,
-            len(new_files),
-            len(to_remove),
-        )
-        return target
-
-    def _check_convertible(self, name: TableName, dt: DeltaTable) -> None:
-        metadata = dt.metadata()
-        if metadata.partition_columns:
-            raise MirrorError(
-                f"cannot mirror {name} to Iceberg: it is partitioned by {list(metadata.partition_columns)}; "
-                "the embedded UniForm emulation supports unpartitioned tables only (drop partition_by)"
-            )
-        mode = metadata.configuration.get("delta.columnMapping.mode", "none")
-        if mode not in ("none", None):
-            raise MirrorError(
-                f"cannot mirror {name} to Iceberg: delta.columnMapping.mode={mode!r}; the embedded emulation "
-                "mirrors plain tables through name mapping (create the table without column mapping)"
-            )
-
-    def _load_or_create(self, state: _TableState, arrow_schema: pa.Schema) -> IcebergTable:
         catalog = self.iceberg_catalog(state.name.catalog)
-        identifier = (state.name.schema, state.name.table)
-        try:
-            return catalog.load_table(identifier)
-        except NoSuchTableError:
-            pass
-        with contextlib.suppress(NamespaceAlreadyExistsError):
-            catalog.create_namespace((state.name.schema,))
-        try:
-            return catalog.create_table(
-                identifier,
-                schema=arrow_schema,
-                location=state.delta_uri,
-                properties={"write.parquet.compression-codec": "zstd"},
-            )
-        except TableAlreadyExistsError:  # another process mirrored it first
-            return catalog.load_table(identifier)
-
-
-def _is_data_error(exc: BaseException) -> bool:
-    """A conversion that fails on the table's data or layout, which no retry of the same version fixes."""
-    if isinstance(exc, OSError | CommitFailedException):
-        return False
-    return isinstance(exc, OverflowError | ValueError | TypeError | MirrorError | pa.ArrowException)
-
-
-def _add_action_paths(dt: DeltaTable) -> Iterable[str]:
-    actions: Any = dt.get_add_actions(flatten=True)
-    paths: list[str] = pa.table(actions).column("path").to_pylist()
-    return paths
-
-
-def _commit_timestamp(table: IcebergTable, delta_base: str, version: int) -> int | None:
-    """The commit time (ms) of Delta ``version`` from its commitInfo, read with the Iceberg FileIO.
-
-    Not ``DeltaTable.history()``: it reports wrong timestamps for a table loaded at an older version,
-    and its log listing hung against moto's S3 in our runs.
-    """
-    path = f"{delta_base}/_delta_log/{version:020d}.json"
-    try:
-        with table.io.new_input(path).open() as stream:
-            for line in stream.read().decode().splitlines():
-                commit_info = json.loads(line).get("commitInfo") if line.strip() else None
-                if isinstance(commit_info, dict) and "timestamp" in commit_info:
-                    return int(commit_info["timestamp"])
-    except (OSError, ValueError):  # the commit file was cleaned up after a checkpoint, or is unreadable
-        return None
-    return None
-
-
-def _data_file_uri(table_base: str, path: str) -> str:
-    # Add-action paths are relative and percent-encoded (RFC 2396) unless the file lives elsewhere.
-    if "://" in path:
-        return path
-    return f"{table_base}/{unquote(path)}"
+        return convert_version(catalog, state.name, dt, state.delta_uri, version)

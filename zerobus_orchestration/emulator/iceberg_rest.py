@@ -40,10 +40,9 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
-from zerobus_orchestration.catalog.base import Access, VendedCredentials
 from zerobus_orchestration.emulator.iceberg_mirror import IcebergMirror
 from zerobus_orchestration.errors import CatalogError, ConfigError
-from zerobus_orchestration.storage import pyiceberg_properties, reveal
+from zerobus_orchestration.storage import Access, VendedCredentials, pyiceberg_properties, reveal
 from zerobus_orchestration.tables import TableName
 
 log = logging.getLogger(__name__)

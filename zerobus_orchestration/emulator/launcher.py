@@ -1,9 +1,11 @@
 """Find or start the shared emulator of a warehouse (``emulator.mode = "daemon"``), client side.
 
 Under ``<state>/emulator.lock``: use the advertised daemon if its pid is alive and it answers its health
-check; otherwise start ``python -m zerobus_orchestration.emulator --daemon`` detached (its own session,
-output to ``<state>/emulator.log``, the config on stdin so secrets never reach argv) and wait, bounded,
-until it advertises itself and answers. Concurrent starters queue on the lock, so one daemon starts.
+check; otherwise start ``python -m <entry module> --daemon`` detached (its own session, output to
+``<state>/emulator.log``, the config on stdin so secrets never reach argv) and wait, bounded, until it
+advertises itself and answers. Concurrent starters queue on the lock, so one daemon starts. The entry
+module is the embedded mode's (``zerobus_orchestration.embedded``, which adds credential vending) or,
+by default, this package's own.
 
 The client credentials are the warehouse's (``private.with_warehouse_secret``), read from the state
 folder by the daemon and its clients alike. A handle whose daemon died calls back here to replace it:
@@ -18,7 +20,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -34,28 +35,31 @@ from zerobus_orchestration.emulator.advert import (
     remove_advertisement,
 )
 from zerobus_orchestration.emulator.daemon import PREFER_PORTS_FLAG, config_for_daemon, daemon_paths
+from zerobus_orchestration.emulator.errors import EmulatorDaemonError
 from zerobus_orchestration.emulator.handle import RemoteEmulator
 from zerobus_orchestration.emulator.private import open_private, private_dir, with_warehouse_secret
-from zerobus_orchestration.errors import ZerobusOrchestrationError
+from zerobus_orchestration.retry import Backoff, poll_until
 
 log = logging.getLogger(__name__)
 
+EMULATOR_MODULE = "zerobus_orchestration.emulator"  # serves without credential vending
 START_MARKER = "starting zerobus emulator daemon"  # one line per lock-guarded start, in the log file
 _LOG_TAIL_LINES = 20
+_START_POLL = Backoff(initial_s=0.05, max_s=0.05, multiplier=1.0)  # a starting daemon: look often
 
 
-class EmulatorDaemonError(ZerobusOrchestrationError):
-    """The shared emulator could not be started or reached; the message names its log file."""
+def connect_daemon(config: ZerobusConfig, *, entry_module: str = EMULATOR_MODULE) -> RemoteEmulator:
+    """A handle on ``config.warehouse``'s shared emulator, started if none serves.
 
-
-def connect_daemon(config: ZerobusConfig) -> RemoteEmulator:
-    """A handle on ``config.warehouse``'s shared emulator, started if none serves."""
+    ``entry_module``: what ``python -m`` runs as the daemon. The embedded mode names its own, which
+    hands the daemon what the emulator does not import (credential vending, a catalog concern).
+    """
     config = with_warehouse_secret(config)
     paths = daemon_paths(config)
-    advert = find_or_start(config, paths)
+    advert = find_or_start(config, paths, entry_module=entry_module)
 
     def relaunch(dead: Advertisement) -> Advertisement:
-        return find_or_start(config, paths, replacing=dead)
+        return find_or_start(config, paths, replacing=dead, entry_module=entry_module)
 
     return RemoteEmulator(
         advert,
@@ -67,7 +71,11 @@ def connect_daemon(config: ZerobusConfig) -> RemoteEmulator:
 
 
 def find_or_start(
-    config: ZerobusConfig, paths: DaemonPaths, replacing: Advertisement | None = None
+    config: ZerobusConfig,
+    paths: DaemonPaths,
+    replacing: Advertisement | None = None,
+    *,
+    entry_module: str = EMULATOR_MODULE,
 ) -> Advertisement:
     """The live daemon's advertisement, starting one under the lock if none serves.
 
@@ -92,7 +100,7 @@ def find_or_start(
             log.warning("stale emulator advertisement (pid %d no longer serves): replacing it", advert.pid)
             remove_advertisement(paths.advert, advert.pid)
             replacing = replacing or advert  # its clients may still be retrying its ports
-        advert = _start(config, paths, timeout_s, replacing)
+        advert = _start(config, paths, timeout_s, replacing, entry_module)
     finally:
         lock.release()
     log.info("started the shared Zerobus emulator %d at %s (log %s)", advert.pid, advert.endpoint, paths.log)
@@ -100,12 +108,16 @@ def find_or_start(
 
 
 def _start(
-    config: ZerobusConfig, paths: DaemonPaths, timeout_s: float, replacing: Advertisement | None = None
+    config: ZerobusConfig,
+    paths: DaemonPaths,
+    timeout_s: float,
+    replacing: Advertisement | None = None,
+    entry_module: str = EMULATOR_MODULE,
 ) -> Advertisement:
     command = [
         sys.executable,
         "-m",
-        "zerobus_orchestration.emulator",
+        entry_module,
         "--warehouse",
         config.warehouse,
         "--json",
@@ -142,8 +154,8 @@ def _start(
 def _wait_until_serving(
     process: subprocess.Popen[bytes], paths: DaemonPaths, timeout_s: float
 ) -> Advertisement:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def serving() -> Advertisement | None:
         code = process.poll()
         if code is not None:
             raise EmulatorDaemonError(
@@ -151,9 +163,11 @@ def _wait_until_serving(
                 + _tail(paths.log)
             )
         advert = read_advertisement(paths.advert)
-        if advert is not None and advert.pid == process.pid and is_live(advert):
-            return advert
-        time.sleep(0.05)
+        return advert if advert is not None and advert.pid == process.pid and is_live(advert) else None
+
+    advert = poll_until(serving, timeout_s=timeout_s, backoff=_START_POLL)
+    if advert is not None:
+        return advert
     process.kill()
     process.wait()
     raise EmulatorDaemonError(

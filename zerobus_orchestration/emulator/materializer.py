@@ -23,10 +23,10 @@ from typing import Protocol
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 
+from zerobus_orchestration.emulator.errors import ConformError, TableFailedError
 from zerobus_orchestration.emulator.records import batches_from_ipc
-from zerobus_orchestration.emulator.schema_check import ConformError, conform
+from zerobus_orchestration.emulator.schema_check import conform
 from zerobus_orchestration.emulator.table_health import (
-    TableFailedError,
     TableFailure,
     clear_marker,
     describe,
@@ -35,6 +35,7 @@ from zerobus_orchestration.emulator.table_health import (
 )
 from zerobus_orchestration.emulator.value_check import check_values
 from zerobus_orchestration.emulator.wal import TableWal, WalEntry
+from zerobus_orchestration.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -310,7 +311,9 @@ class Materializer:
             assert state.failure is not None
             self.errors.append(state.failure.message())
             return
-        backoff = min(MAX_RETRY_BACKOFF_S, self.period_s * 2 ** (state.transient_failures - 1))
+        # Doubling from one period (the emulated time-to-table), capped.
+        policy = Backoff(initial_s=min(self.period_s, MAX_RETRY_BACKOFF_S), max_s=MAX_RETRY_BACKOFF_S)
+        backoff = policy.delay(state.transient_failures - 1)
         state.retry_at = time.monotonic() + backoff
         message = (
             f"materialising {state.full_name} failed (WAL kept, attempt {state.transient_failures} of "

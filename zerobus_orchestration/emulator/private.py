@@ -19,6 +19,7 @@ from pydantic import SecretStr
 
 from zerobus_orchestration.config import EmulatorConfig, ZerobusConfig
 from zerobus_orchestration.errors import ConfigError
+from zerobus_orchestration.locations import absolute_state_dir
 
 SECRET_FILE = "emulator.secret"
 WELL_KNOWN_SECRET = EmulatorConfig.model_fields["client_secret"].default.get_secret_value()
@@ -94,11 +95,6 @@ def _read_secret(path: Path) -> SecretStr | None:
     return SecretStr(text) if text else None
 
 
-def emulator_state_dir(config: ZerobusConfig) -> Path:
-    """``config.state_path`` made absolute (as the runtime resolves it)."""
-    return Path(os.path.abspath(config.state_path.removeprefix("file://")))
-
-
 def with_warehouse_secret(config: ZerobusConfig) -> ZerobusConfig:
     """``config`` whose emulator secret is the warehouse's own instead of the well-known default.
 
@@ -106,6 +102,6 @@ def with_warehouse_secret(config: ZerobusConfig) -> ZerobusConfig:
     """
     if config.emulator.client_secret.get_secret_value() != WELL_KNOWN_SECRET:
         return config
-    secret = warehouse_secret(emulator_state_dir(config))
+    secret = warehouse_secret(absolute_state_dir(config))
     emulator = config.emulator.model_copy(update={"client_secret": secret})
     return config.model_copy(update={"emulator": emulator})

@@ -16,11 +16,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from zerobus_orchestration.emulator.errors import ConformError
 from zerobus_orchestration.emulator.schema_check import (
     FIELD_NOT_IN_TABLE,
     MISSING_REQUIRED_COLUMN,
     TYPE_INCOMPATIBLE,
-    ConformError,
     SchemaProblem,
     case_clash,
 )

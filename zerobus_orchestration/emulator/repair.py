@@ -15,10 +15,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from zerobus_orchestration.emulator.errors import EmulatorError, WalCorruptError
 from zerobus_orchestration.emulator.materializer import TableState, table_exists
-from zerobus_orchestration.emulator.server import EmulatorError, lock_wal_root
+from zerobus_orchestration.emulator.server import lock_wal_root
 from zerobus_orchestration.emulator.table_health import quarantine_dest, quarantine_root, read_marker
-from zerobus_orchestration.emulator.wal import WalCorruptError, table_of_wal_dir, wal_dir_name
+from zerobus_orchestration.emulator.wal import table_of_wal_dir, wal_dir_name
 from zerobus_orchestration.tables import TableName, table_uri
 
 

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from zerobus_orchestration.emulator.errors import ConformError
+
 FIELD_NOT_IN_TABLE = "FIELD_NOT_IN_TABLE"
 MISSING_REQUIRED_COLUMN = "MISSING_REQUIRED_COLUMN"
 TYPE_INCOMPATIBLE = "TYPE_INCOMPATIBLE"
@@ -50,15 +52,6 @@ class SchemaCheck:
 
     def message(self) -> str:
         return "schema does not match the table: " + "; ".join(p.render(self.table) for p in self.problems)
-
-
-class ConformError(ValueError):
-    """A batch whose values do not fit the table (overflow, truncation, null in a required column)."""
-
-    def __init__(self, table: str, problem: SchemaProblem) -> None:
-        super().__init__(problem.render(table))
-        self.table = table
-        self.problem = problem
 
 
 _STRINGS = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)

@@ -17,14 +17,18 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zerobus_orchestration.config import EmulatorConfig, ZerobusConfig
 from zerobus_orchestration.emulator.faults import FaultSpec, load_faults
 from zerobus_orchestration.emulator.private import WELL_KNOWN_SECRET
 from zerobus_orchestration.emulator.server import Emulator
+
+if TYPE_CHECKING:
+    from zerobus_orchestration.emulator.iceberg_rest import TableCredentialSource
 
 
 def endpoints(emulator: Emulator) -> dict[str, object]:
@@ -82,7 +86,11 @@ def run(
         emulator.stop()
 
 
-def main(argv: list[str] | None = None) -> None:
+CredentialsFor = Callable[[ZerobusConfig], "TableCredentialSource | None"]
+"""The daemon's Iceberg credential vending for a config; supplied by the embedded-mode entry point."""
+
+
+def main(argv: list[str] | None = None, *, credentials_for: CredentialsFor | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m zerobus_orchestration.emulator")
     parser.add_argument("--warehouse", required=True)
     parser.add_argument("--host", default="127.0.0.1")
@@ -111,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.daemon:
-        sys.exit(_run_daemon(args))
+        sys.exit(_run_daemon(args, credentials_for))
     config = _emulator_config(args)
     faults = load_faults(args.faults) if args.faults else None
     run(args.warehouse, config, faults, as_json=args.json, iceberg=not args.no_iceberg)
@@ -132,7 +140,7 @@ def _emulator_config(args: argparse.Namespace, **extra: Any) -> EmulatorConfig:
     )
 
 
-def _run_daemon(args: argparse.Namespace) -> int:
+def _run_daemon(args: argparse.Namespace, credentials_for: CredentialsFor | None) -> int:
     from zerobus_orchestration.emulator.daemon import run_daemon
 
     logging.basicConfig(
@@ -150,4 +158,12 @@ def _run_daemon(args: argparse.Namespace) -> int:
     if args.prefer_ports:
         grpc_port, _, http_port = args.prefer_ports.partition(",")
         prefer = (int(grpc_port), int(http_port))
-    return run_daemon(config, as_json=args.json, prefer_ports=prefer)
+    if credentials_for is None and config.credential_vending.enabled:
+        # Serving the warehouse's own keys to every reader instead would be a silent downgrade.
+        sys.stderr.write(
+            "zerobus.credential_vending is enabled, and this entry point serves without vending; "
+            "start the shared emulator with: python -m zerobus_orchestration.embedded --daemon ...\n"
+        )
+        return 2
+    credentials = None if credentials_for is None else credentials_for(config)
+    return run_daemon(config, as_json=args.json, prefer_ports=prefer, credentials=credentials)

@@ -31,21 +31,17 @@ from pydantic import SecretStr
 
 from zerobus_orchestration.config import EmulatorConfig
 from zerobus_orchestration.emulator.auth import TokenIssuer
+from zerobus_orchestration.emulator.errors import EmulatorError, TableFailedError, WalCorruptError
 from zerobus_orchestration.emulator.faults import FaultInjector, FaultSpec
 from zerobus_orchestration.emulator.http_api import ICEBERG_REST_PREFIX, IcebergRest, make_http_server
 from zerobus_orchestration.emulator.materializer import Materializer, MirrorHook, TableState, table_exists
 from zerobus_orchestration.emulator.private import open_private, private_dir
 from zerobus_orchestration.emulator.quotas import StreamLimiter
 from zerobus_orchestration.emulator.streams import generic_handlers
-from zerobus_orchestration.emulator.table_health import (
-    TableFailedError,
-    TableFailure,
-    describe,
-    quarantine_dest,
-    write_marker,
-)
-from zerobus_orchestration.emulator.wal import WalCorruptError, table_of_wal_dir, wal_dir_name
-from zerobus_orchestration.errors import ConfigError, ZerobusOrchestrationError
+from zerobus_orchestration.emulator.table_health import TableFailure, describe, quarantine_dest, write_marker
+from zerobus_orchestration.emulator.wal import table_of_wal_dir, wal_dir_name
+from zerobus_orchestration.errors import ConfigError
+from zerobus_orchestration.locations import is_local, local_path
 from zerobus_orchestration.tables import TableName, table_uri, zerobus_dir
 
 if TYPE_CHECKING:  # the facade (and pyiceberg) load only when the mirror starts
@@ -58,23 +54,11 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_WORKERS = 512  # sync grpcio holds one worker per open bidi stream
 
 
-class EmulatorError(ZerobusOrchestrationError):
-    """The emulator could not start or a request to it was invalid."""
-
-
-def _is_local(warehouse: str) -> bool:
-    return "://" not in warehouse or warehouse.startswith("file://")
-
-
-def _local_path(warehouse: str) -> Path:
-    return Path(warehouse[len("file://") :] if warehouse.startswith("file://") else warehouse)
-
-
 def default_wal_dir(warehouse: str) -> Path:
     """``<warehouse>/_zerobus/wal`` for a local warehouse; for an object store (no fsync there) a local
     folder keyed by the warehouse URI, ``~/.zerobus/wal/<sha256(uri)[:16]>``."""
-    if _is_local(warehouse):
-        return Path(zerobus_dir(str(_local_path(warehouse)))) / "wal"
+    if is_local(warehouse):
+        return Path(zerobus_dir(str(Path(local_path(warehouse))))) / "wal"
     digest = hashlib.sha256(warehouse.encode()).hexdigest()[:16]
     return Path.home() / ".zerobus" / "wal" / digest
 

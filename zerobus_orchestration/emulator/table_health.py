@@ -22,9 +22,8 @@ from typing import Any, Final
 import grpc
 import pyarrow as pa
 
-from zerobus_orchestration.emulator.schema_check import ConformError
+from zerobus_orchestration.emulator.errors import ConformError
 from zerobus_orchestration.emulator.status import RpcFailure
-from zerobus_orchestration.errors import ZerobusOrchestrationError
 
 MARKER_FILE: Final = "failed.json"
 QUARANTINE_DIR: Final = "quarantine"
@@ -32,14 +31,6 @@ REPAIR_COMMAND: Final = "zerobus-orch emulator quarantine --table {table}"
 
 # delta-rs texts of a write that failed on the data itself (a panic in its statistics code included).
 _DATA_ERROR_MARKERS: Final = ("panicked", "overflow", "invalid data", "cast error", "cannot cast")
-
-
-class TableFailedError(ZerobusOrchestrationError):
-    """The table is marked failed; the message names the cause and the repair command."""
-
-    def __init__(self, failure: TableFailure) -> None:
-        super().__init__(failure.message())
-        self.failure = failure
 
 
 @dataclass(frozen=True)

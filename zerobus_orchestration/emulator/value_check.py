@@ -17,7 +17,8 @@ from typing import Final
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from zerobus_orchestration.emulator.schema_check import TYPE_INCOMPATIBLE, ConformError, SchemaProblem
+from zerobus_orchestration.emulator.errors import ConformError
+from zerobus_orchestration.emulator.schema_check import TYPE_INCOMPATIBLE, SchemaProblem
 
 # 0001-01-01 and 9999-12-31 as days since the Unix epoch, and the last microsecond of 9999-12-31.
 MIN_DAYS: Final = -719_162

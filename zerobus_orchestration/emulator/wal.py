@@ -20,31 +20,15 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote, unquote
+
+from zerobus_orchestration.emulator.errors import WalCorruptError, WalUnusableError
+from zerobus_orchestration.tables import table_of_wal_dir as table_of_wal_dir  # the layout is the warehouse's
+from zerobus_orchestration.tables import wal_dir_name as wal_dir_name
 
 _MAGIC = b"ZBW1"
 _HEADER = struct.Struct("<4sQII")
 _SUFFIX = ".wal"
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
-
-
-class WalCorruptError(RuntimeError):
-    """A sealed WAL segment failed its checksum: acknowledged data would be lost, so refuse to start."""
-
-
-class WalUnusableError(RuntimeError):
-    """The log can no longer make records durable (failed fsync, or a partial write it could not cut).
-
-    Permanent for this process: only a restart, which re-reads and replays the log, clears it.
-    """
-
-
-def wal_dir_name(full_name: str) -> str:
-    return quote(full_name, safe="")
-
-
-def table_of_wal_dir(name: str) -> str:
-    return unquote(name)
 
 
 @dataclass(frozen=True)

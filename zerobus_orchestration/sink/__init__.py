@@ -1,55 +1,37 @@
-"""The sink: ack lanes, the per-table stream pool, typed confirmations and ``ZerobusSink``."""
+"""The sink: ``ZerobusSink`` over a per-table ``StreamPool``, its receipts, health and errors.
 
-from zerobus_orchestration.sink.ack_lane import AckLane, LaneState, LaneTelemetry, LaneUnavailable
-from zerobus_orchestration.sink.confirmation import (
-    Confirmation,
+Only what a caller of ``ZerobusSink`` meets is exported here; the ack lanes, typed confirmations and
+the schema-gate seam are internals, imported from their modules by the code that needs them
+(``docs/architecture.md`` maps them).
+"""
+
+from zerobus_orchestration.sink.confirmation import LaneKind
+from zerobus_orchestration.sink.errors import (
     ConfirmationLaneError,
-    DerivedCoverage,
-    LaneKind,
-    NoConfirm,
-    PendingAck,
-    RawAnchor,
-    RecordingCoverage,
-)
-from zerobus_orchestration.sink.gate import SchemaGate
-from zerobus_orchestration.sink.health import PoolHealth, StreamHealth
-from zerobus_orchestration.sink.pool import (
     CoverageNotRecordedError,
     DeliveryFailedError,
+    PartialSendError,
     PoisonedBatchError,
     PoolUnavailableError,
-    StreamPool,
     SubmitFailedError,
-    Submitted,
 )
-from zerobus_orchestration.sink.sink import CommitInfo, OffsetSpan, PartialSendError, Receipt, ZerobusSink
+from zerobus_orchestration.sink.health import PoolHealth, StreamHealth
+from zerobus_orchestration.sink.pool import StreamPool
+from zerobus_orchestration.sink.sink import CommitInfo, Receipt, ZerobusSink
 
 __all__ = [
-    "AckLane",
     "CommitInfo",
-    "Confirmation",
     "ConfirmationLaneError",
     "CoverageNotRecordedError",
     "DeliveryFailedError",
-    "DerivedCoverage",
     "LaneKind",
-    "LaneState",
-    "LaneTelemetry",
-    "LaneUnavailable",
-    "NoConfirm",
-    "OffsetSpan",
     "PartialSendError",
-    "PendingAck",
     "PoisonedBatchError",
     "PoolHealth",
     "PoolUnavailableError",
-    "RawAnchor",
     "Receipt",
-    "RecordingCoverage",
-    "SchemaGate",
     "StreamHealth",
     "StreamPool",
     "SubmitFailedError",
-    "Submitted",
     "ZerobusSink",
 ]

@@ -25,13 +25,12 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
-from zerobus_orchestration.errors import ErrorClass, classify
-from zerobus_orchestration.metrics import SinkMetrics
+from zerobus_orchestration.errors import ErrorClass
 from zerobus_orchestration.ranges import CoverageRecorder
+from zerobus_orchestration.retry import Backoff
 from zerobus_orchestration.sink.confirmation import (
     LaneKind,
     NoConfirm,
@@ -39,8 +38,10 @@ from zerobus_orchestration.sink.confirmation import (
     check_lane,
     fire_all,
 )
-from zerobus_orchestration.sink.health import SampleReservoir
+from zerobus_orchestration.sink.errors import LaneUnavailable
+from zerobus_orchestration.sink.lane_telemetry import LaneMetrics, LaneTelemetry, ReplayWatch
 from zerobus_orchestration.transport.base import Stream
+from zerobus_orchestration.transport.classify import classify
 
 log = logging.getLogger(__name__)
 
@@ -52,41 +53,10 @@ class LaneState(StrEnum):
     FAILED = "failed"  # the stream failed; unconfirmed items are kept for the pool
 
 
-class LaneUnavailable(RuntimeError):
-    """The lane no longer accepts batches (its stream failed or it was stopped); pick another member."""
-
-
 class LaneObserver(Protocol):
     """Told when a lane stops on a failed stream (implemented by the pool)."""
 
     def on_lane_failed(self, lane: AckLane, error: BaseException, error_class: ErrorClass) -> None: ...
-
-
-@runtime_checkable
-class ReportsReplays(Protocol):
-    """A stream that can tell when its transport reconnected inside it and replayed batches.
-
-    Both counts only grow. The official SDK's streams do (``transport/sdk.py`` says what is observable).
-    """
-
-    @property
-    def recoveries(self) -> int: ...
-
-    @property
-    def rows_possibly_resent(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class LaneTelemetry:
-    """Where a lane reports: metric families with its labels, and the pool's sample reservoirs."""
-
-    metrics: SinkMetrics
-    table: str
-    stream_label: str
-    coalesce: SampleReservoir
-    latency: SampleReservoir
-    lane: str = "raw"
-    """The pool's lane kind (raw / derived), the ``lane`` label of every per-stream metric."""
 
 
 class AckLane:
@@ -115,7 +85,7 @@ class AckLane:
         self._recorder = recorder
         self._observer = observer
         self._transient_retries = transient_retries
-        self._retry_backoff_s = retry_backoff_s
+        self._retry_backoff = Backoff(min(retry_backoff_s, 1.0), 1.0)
         self._salvage_timeout_s = salvage_timeout_s
         self._cond = threading.Condition()
         self._queue: deque[PendingAck] = deque()
@@ -135,24 +105,11 @@ class AckLane:
         self.last_confirm_error: str | None = None
         self.error: BaseException | None = None
         self.error_class: ErrorClass | None = None
-        self.recoveries = 0
-        self.rows_possibly_resent = 0
-        self._replays = stream if isinstance(stream, ReportsReplays) else None
         self._thread = threading.Thread(
             target=self._run, name=f"zerobus-ack-{telemetry.table}-{telemetry.stream_label}", daemon=True
         )
-        labels = {"table": telemetry.table, "stream": telemetry.stream_label, "lane": telemetry.lane}
-        m = telemetry.metrics
-        self._m_coalesce = m.ack_coalesce_ratio.labels(**labels)
-        self._m_pending = m.pending_offsets.labels(**labels)
-        self._m_latency = m.delivery_latency.labels(**labels)
-        self._m_retries = m.ack_lane_retries.labels(**labels)
-        self._m_poisoned = m.ack_lane_poisoned.labels(**labels)
-        self._m_rows_sub = m.rows_submitted.labels(**labels)
-        self._m_bytes_sub = m.bytes_submitted.labels(**labels)
-        self._m_rows_del = m.rows_delivered.labels(**labels)
-        self._m_bytes_del = m.bytes_delivered.labels(**labels)
-        self._m_recoveries = m.stream_recoveries.labels(**labels)
+        self._metrics = LaneMetrics(telemetry)
+        self._replays = ReplayWatch(stream, telemetry, self._metrics)
 
     # -- producer side ------------------------------------------------------------------------------
 
@@ -269,6 +226,15 @@ class AckLane:
         return self._waiting_pushers > 0
 
     @property
+    def recoveries(self) -> int:
+        """Reconnects the transport made inside this stream (each replayed its unacknowledged batches)."""
+        return self._replays.recoveries
+
+    @property
+    def rows_possibly_resent(self) -> int:
+        return self._replays.rows_possibly_resent
+
+    @property
     def thread_alive(self) -> bool:
         return self._thread.is_alive()
 
@@ -289,7 +255,7 @@ class AckLane:
             self._in_hand = burst
             # Set here too, not only after a confirm: while the ack this burst waits for is stalled,
             # the gauge must show the backlog, not the (lower) value left by the previous burst.
-            self._m_pending.set(self._unconfirmed)
+            self._metrics.pending.set(self._unconfirmed)
         burst.sort(key=lambda item: item.offset)
         return burst
 
@@ -302,12 +268,9 @@ class AckLane:
                         self._state = LaneState.STOPPED
                     self._cond.notify_all()
                 return
-            fresh = [item for item in burst if not item.resubmitted]  # re-sends were counted already
-            if fresh:
-                self._m_rows_sub.inc(sum(item.rows for item in fresh))
-                self._m_bytes_sub.inc(sum(item.nbytes for item in fresh))
+            self._metrics.submitted(burst)
             failure = self._wait_durable(burst[-1].offset)
-            self._observe_replays()
+            self._replays.observe()
             if failure is None:
                 self._confirm(burst)
                 continue
@@ -325,44 +288,16 @@ class AckLane:
                 if error_class is ErrorClass.TRANSIENT and attempt < self._transient_retries:
                     attempt += 1
                     self.retries += 1
-                    self._m_retries.inc()
+                    self._metrics.retries.inc()
                     log.warning(
                         "ack lane %s: transient wait failure, retry %d: %s",
                         self._telemetry.stream_label,
                         attempt,
                         exc,
                     )
-                    time.sleep(min(self._retry_backoff_s * 2 ** (attempt - 1), 1.0))
+                    time.sleep(self._retry_backoff.delay(attempt - 1))
                     continue
                 return exc, error_class
-
-    def _observe_replays(self) -> None:
-        """Count and report reconnects the transport made inside this stream since the last look.
-
-        Each one replayed the batches not yet acknowledged; those the service had already made durable
-        land twice while every wait reports success, so this is the only trace of it.
-        """
-        stream = self._replays
-        if stream is None:
-            return
-        recoveries, resent = stream.recoveries, stream.rows_possibly_resent
-        new, new_rows = recoveries - self.recoveries, resent - self.rows_possibly_resent
-        if new <= 0 and new_rows <= 0:
-            return
-        self.recoveries, self.rows_possibly_resent = recoveries, resent
-        self._m_recoveries.inc(max(new, 0))
-        log.warning(
-            "%s: stream %s (%s, lane %s) was reconnected %d time(s) by the SDK, which re-sent every batch "
-            "not yet acknowledged: up to %d row(s) may have landed twice (%d so far on this stream). "
-            "Delivery is at-least-once; read-back counts the actual duplicates",
-            self._telemetry.table,
-            self._telemetry.stream_label,
-            self.stream.stream_id,
-            self._telemetry.lane,
-            new,
-            new_rows,
-            resent,
-        )
 
     def _confirm(self, burst: list[PendingAck]) -> None:
         """Record the whole (offset-ordered) burst with one call, then resolve its futures."""
@@ -386,15 +321,9 @@ class AckLane:
         for item in burst:
             unrecorded = failure is not None and not isinstance(item.confirmation, NoConfirm)
             item.settle(failure if unrecorded else None)
-            self._telemetry.latency.add(now - item.submitted_at)
-            self._m_latency.observe(now - item.submitted_at)
-        rows, nbytes = sum(item.rows for item in burst), sum(item.nbytes for item in burst)
-        self._m_rows_del.inc(rows)
-        self._m_bytes_del.inc(nbytes)
+        rows, nbytes = self._metrics.delivered(burst, now)
         self.rows_delivered += rows
         self.bytes_delivered += nbytes
-        self._telemetry.coalesce.add(len(burst))
-        self._m_coalesce.observe(len(burst))
         with self._cond:
             self._delivered = max(self._delivered, burst[-1].seq + 1)
             self._durable_offset = max(self._durable_offset, burst[-1].offset)
@@ -402,7 +331,7 @@ class AckLane:
             self.bursts += 1
             self._unconfirmed -= len(burst)
             self._in_hand = []
-            self._m_pending.set(self._unconfirmed)
+            self._metrics.pending.set(self._unconfirmed)
             self._cond.notify_all()
 
     def _fail(self, burst: list[PendingAck], error: BaseException, error_class: ErrorClass) -> None:
@@ -432,7 +361,7 @@ class AckLane:
         if error_class is ErrorClass.POISON:
             # Only a dead stream counts here: an exhausted transient retry or a fatal error is not the
             # "our stream died" signal the runbook branches on (see metrics.py).
-            self._m_poisoned.inc()
+            self._metrics.poisoned.inc()
         log.warning(
             "ack lane %s (%s): stream failed (%s), %d confirmed from the dead stream, %d kept: %s",
             self._telemetry.stream_label,

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from zerobus_orchestration.digest import RangeDigest, rows_digest
 from zerobus_orchestration.ranges import CoverageKey, CoverageRecorder, OffsetRange
+from zerobus_orchestration.sink.errors import ConfirmationLaneError
 
 log = logging.getLogger(__name__)
 
@@ -92,21 +93,21 @@ class NoConfirm:
 Confirmation = RawAnchor | DerivedCoverage | NoConfirm
 
 
-class ConfirmationLaneError(TypeError):
-    """A confirmation was handed to a stream of the other lane kind."""
-
-
 def check_lane(lane: LaneKind, confirmation: Confirmation) -> None:
     """Raise unless ``confirmation`` belongs on a ``lane`` stream."""
     if isinstance(confirmation, RawAnchor) and lane is not LaneKind.RAW:
         raise ConfirmationLaneError(
             f"a RawAnchor for {confirmation.key} cannot ride a {lane} lane stream; "
-            "raw anchors are confirmed only by raw-lane streams (fix: use a raw-role sink for this table)"
+            "raw anchors are confirmed only by raw-lane streams (fix: use a raw-role sink for this table)",
+            lane=str(lane),
+            key=confirmation.key,
         )
     if isinstance(confirmation, DerivedCoverage) and lane is not LaneKind.DERIVED:
         raise ConfirmationLaneError(
             f"a DerivedCoverage for {confirmation.key} cannot ride a {lane} lane stream "
-            "(fix: use a derived-role sink for this table)"
+            "(fix: use a derived-role sink for this table)",
+            lane=str(lane),
+            key=confirmation.key,
         )
 
 

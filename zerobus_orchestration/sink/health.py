@@ -1,5 +1,8 @@
 """A plain snapshot of pool liveness and delivery, rendered by Dagster metadata and Airflow logs alike.
 
+``pool_health`` renders it from the pool's members; the values are frozen, so a snapshot can be logged
+or serialised (``as_dict``) after the pool moved on.
+
 Percentiles come from a bounded in-memory reservoir filled by the ack lanes, so taking a snapshot
 costs nothing on the ingest path and memory does not grow with the run.
 """
@@ -8,8 +11,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from zerobus_orchestration.sink.member import Member
 
 
 class SampleReservoir:
@@ -110,3 +117,73 @@ class PoolHealth:
         data["streams"] = [asdict(s) for s in self.streams]
         data["healthy"] = self.healthy
         return data
+
+
+def stream_health(member: Member, now: float) -> StreamHealth:
+    """One member's snapshot. Seqs skipped by re-opens are neither delivered nor pending."""
+    lane = member.lane
+    submitted = member.next_seq
+    delivered = member.delivered - member.abandoned_seqs
+    return StreamHealth(
+        index=member.index,
+        stream_id=member.stream.stream_id if member.stream is not None else None,
+        alive=member.alive,
+        rebuilding=member.rebuilding,
+        failed=member.failed,
+        pending=submitted - delivered - member.abandoned_seqs,
+        backpressured=lane.backpressured if lane is not None else False,
+        submitted=submitted,
+        delivered=delivered,
+        rebuilds=member.rebuilds,
+        recoveries=member.recoveries,
+        reopens=member.reopens,
+        reopen_in_s=member.reopen_in_s(now),
+    )
+
+
+def pool_health(
+    *,
+    table: str,
+    lane: str,
+    members: Sequence[Member],
+    coalesce: SampleReservoir,
+    latency: SampleReservoir,
+    concurrency_rejects: int,
+    poisoned: int,
+    lane_failures: int,
+    supervisor_errors: int,
+    last_supervisor_error: str | None,
+    closed: bool,
+    now: float,
+) -> PoolHealth:
+    """A pool's snapshot from its members and the pool-wide counters (``StreamPool.health``)."""
+    streams = tuple(stream_health(m, now) for m in members)
+    return PoolHealth(
+        table=table,
+        lane=lane,
+        size=len(members),
+        alive=sum(1 for s in streams if s.alive),
+        rebuilding=sum(1 for s in streams if s.rebuilding),
+        submitted=sum(s.submitted for s in streams),
+        delivered=sum(s.delivered for s in streams),
+        pending=sum(s.pending for s in streams),
+        failed_batches=sum(m.failed_batches for m in members),
+        rows_delivered=sum(m.rows_delivered for m in members),
+        rebuilds=sum(m.rebuilds for m in members),
+        recoveries=sum(m.recoveries for m in members),
+        rows_possibly_resent=sum(m.rows_possibly_resent for m in members),
+        reopens=sum(m.reopens for m in members),
+        concurrency_rejects=concurrency_rejects,
+        ack_retries=sum(m.retries for m in members),
+        poisoned=poisoned,
+        lane_failures=lane_failures,
+        coalesce_ratio_p50=coalesce.percentile(50),
+        coalesce_ratio_mean=coalesce.mean(),
+        delivery_latency_p50_s=latency.percentile(50),
+        delivery_latency_p99_s=latency.percentile(99),
+        closed=closed,
+        streams=streams,
+        supervisor_errors=supervisor_errors,
+        last_supervisor_error=last_supervisor_error,
+        confirm_errors=sum(m.confirm_errors for m in members),
+    )

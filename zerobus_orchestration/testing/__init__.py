@@ -10,9 +10,9 @@ from zerobus_orchestration.testing.uc_fake import (
     CredentialIssuer,
     FakeUnityCatalog,
     IssuedCredentials,
-    RecordedRequest,
     SyntheticIssuer,
 )
+from zerobus_orchestration.testing.uc_http import RecordedRequest
 from zerobus_orchestration.testing.uc_sql import ResultSet
 from zerobus_orchestration.testing.uc_state import FakeTable, StatementFailure
 

@@ -62,8 +62,8 @@ from zerobus_orchestration.errors import (
     SchemaRejectedError,
     StreamPoisonedError,
     TransportError,
-    to_transport_error,
 )
+from zerobus_orchestration.transport.classify import to_transport_error
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,8 @@ def bypass_proxy_for_loopback(url: str) -> None:
     """Make the SDK connect to a loopback endpoint directly.
 
     The SDK's Rust core tunnels every connection, 127.0.0.1 included, through ``*_proxy`` variables
-    unless a ``NO_PROXY``-style variable matches the host (reference/zerobus-protocol.md §4.5).
+    unless a ``NO_PROXY``-style variable matches the host
+    (docs/architecture.md#the-zerobus-service-and-the-official-sdk).
     """
     host = urlparse(url).hostname or ""
     if host not in _LOOPBACK_HOSTS:
@@ -126,7 +127,7 @@ def arrow_stream_options(options: SdkStreamOptions) -> Any:
 
 
 def transport_error(exc: BaseException, context: str) -> TransportError:
-    """``errors.to_transport_error``, correcting two SDK cases that would otherwise read as poison.
+    """``classify.to_transport_error``, correcting two SDK cases that would otherwise read as poison.
 
     A batch refused for its schema is a schema rejection of that batch (the stream is fine); refused
     client credentials are fatal.
@@ -173,6 +174,7 @@ def _mismatch(table: str, stream_id: str, batch: pa.Schema, stream: pa.Schema) -
         "the batch to the stream schema, or open a new stream for the new schema (nothing was sent)",
         causes=causes,
         code="INVALID_ARGUMENT",
+        table=table,
     )
 
 
@@ -289,6 +291,8 @@ class SdkStream:
                     f"{self._id} declares it NOT NULL; fix: fill or drop the nulls (nothing was sent)",
                     causes=["NULL_IN_REQUIRED_COLUMN"],
                     code="INVALID_ARGUMENT",
+                    table=self._table,
+                    column=field.name,
                 )
         # Same names and types: only metadata or nullability flags differ. Relabelling copies nothing.
         return pa.RecordBatch.from_arrays(batch.columns, schema=stream)

@@ -1,0 +1,179 @@
+"""``CatalogGate``: the sink's ``SchemaGate`` (``sink/schema_gate.py``) over any ``TableCatalog``.
+
+``ensure`` declares what the producer sends (a subset ``DesiredTable`` built from the stamped batch
+schema plus reserved columns) and reconciles it: the table is created or evolved, refusals raise
+``PlanRefusedError`` before anything is sent. It returns the live Arrow schema, the declared target
+every batch is conformed to by the write-boundary guard.
+
+Primary-raw preconditions are re-checked, never repaired:
+
+- on every write: the sink calls ``ensure`` on the first batch it meets (``ZerobusRuntime.write``
+  builds a new sink per call) and on every schema change. An existing table is checked *before* any
+  DDL, so a table whose properties drifted is neither evolved nor written; a table this call creates
+  is checked after its CREATE (which declared the properties: creation, not repair);
+- on a timer for long-lived sinks: ``conform`` (every batch) compares a monotonic clock against the next
+  due time and re-reads the table at most once per ``recheck_interval_s``;
+- an unmet condition raises ``PreconditionsUnmetError`` naming the table, each condition and the fix,
+  logged at ERROR. Reconcile never sets a drifted primary-raw property back (``DesiredTable.repair``
+  is the operator's explicit path).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+import pyarrow as pa
+
+from zerobus_orchestration.catalog.base import (
+    PROP_SOURCE,
+    DesiredTable,
+    ReconcileOutcome,
+    TableCatalog,
+    TableState,
+    TableTags,
+)
+from zerobus_orchestration.catalog.guard import conform_batch
+from zerobus_orchestration.config import CommentPolicy, Role
+from zerobus_orchestration.contracts import ContractDescriptions
+from zerobus_orchestration.errors import PreconditionsUnmetError
+from zerobus_orchestration.metrics import SinkMetrics
+from zerobus_orchestration.preconditions import primary_raw_conditions, require_conditions
+
+DEFAULT_RECHECK_INTERVAL_S = 60.0
+
+log = logging.getLogger(__name__)
+
+
+class CatalogGate:
+    """Create/evolve on ``ensure``, guard every batch on ``conform``."""
+
+    def __init__(
+        self,
+        catalog: TableCatalog,
+        role: Role = Role.PRIMARY_RAW,
+        descriptions: Mapping[str, str] | ContractDescriptions | None = None,
+        properties: Mapping[str, str] | None = None,
+        allow_widening: bool = False,
+        comment_policy: CommentPolicy = CommentPolicy.RESPECT,
+        *,
+        tags: TableTags | None = None,
+        check_preconditions: bool = True,
+        metrics: SinkMetrics | None = None,
+        source: str | None = None,
+        recheck_interval_s: float = DEFAULT_RECHECK_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``source``: stamped as ``twg.source`` on a table this gate creates (creation only; an explicit
+        ``tags.source`` is a managed property instead). ``recheck_interval_s``: how often ``conform``
+        re-reads a primary-raw table's preconditions for a long-lived sink (0: every batch)."""
+        if recheck_interval_s < 0:
+            raise ValueError(f"recheck_interval_s must be >= 0, got {recheck_interval_s}")
+        self.catalog = catalog
+        self.role = role
+        if isinstance(descriptions, ContractDescriptions):
+            contract = descriptions
+            self.descriptions: Mapping[str, str] = dict(contract.descriptions)
+            if tags is None:
+                tags = TableTags(
+                    owner=contract.owner,
+                    contract_uri=contract.contract_uri,
+                    contract_version=contract.contract_version,
+                )
+        else:
+            self.descriptions = dict(descriptions or {})
+        self.tags = tags
+        self.properties = dict(properties or {})
+        self.allow_widening = allow_widening
+        self.comment_policy = comment_policy
+        self.check_preconditions = check_preconditions
+        self.metrics = metrics
+        self.source = source
+        self.recheck_interval_s = recheck_interval_s
+        self._clock = clock
+        self._recheck_lock = threading.Lock()
+        self._recheck_due: dict[str, float] = {}  # table -> monotonic time of the next re-check
+        self.last_outcome: ReconcileOutcome | None = None
+
+    def desired(self, table: str, schema: pa.Schema) -> DesiredTable:
+        present = set(schema.names)
+        return DesiredTable.build(
+            table,
+            schema,
+            self.role,
+            descriptions={k: v for k, v in self.descriptions.items() if k in present},
+            tags=self.tags,
+            properties=self.properties,
+            allow_widening=self.allow_widening,
+            comment_policy=self.comment_policy,
+            subset=True,
+            create_properties=self._create_properties(),
+        )
+
+    def _create_properties(self) -> dict[str, str]:
+        if self.source is None or (self.tags is not None and self.tags.source is not None):
+            return {}
+        return {PROP_SOURCE: self.source}
+
+    @property
+    def rechecks(self) -> bool:
+        return self.check_preconditions and self.role is Role.PRIMARY_RAW
+
+    def ensure(self, table: str, schema: pa.Schema) -> pa.Schema:
+        live = self.catalog.describe(table) if self.rechecks else None
+        if live is not None and live.registered:
+            # The write-path re-check: a registered table whose properties drifted is refused before
+            # any DDL and before any batch of this write is sent.
+            self._require(table, live)
+        outcome = self.catalog.reconcile(table, self.desired(table, schema))
+        self.last_outcome = outcome
+        for note in outcome.notes:
+            log.warning("%s", note)
+        if outcome.applied:
+            log.info("reconciled %s: %s", table, "; ".join(s.describe() for s in outcome.plan.steps))
+        if self.rechecks and (live is None or not live.registered):
+            # Created now (with the properties), created by a racing producer between our describe
+            # and our reconcile, or a table made outside the catalog that reconcile just registered
+            # (without touching its properties): the state reconcile read back vouches for it.
+            self._require(table, outcome.state)
+        self._schedule_recheck(table)
+        return outcome.state.arrow_schema()
+
+    def conform(self, table: str, batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+        if self.rechecks and self._recheck_due_now(table):
+            self.recheck(table)
+        return conform_batch(table, batch, target, metrics=self.metrics)
+
+    def recheck(self, table: str) -> None:
+        """Re-read ``table`` now and raise ``PreconditionsUnmetError`` if a primary-raw condition is unmet.
+
+        A refusal leaves the re-check due, so every later batch is refused too until the table is fixed.
+        """
+        self._require(table, self.catalog.describe(table))
+        self._schedule_recheck(table)
+
+    def _require(self, table: str, state: TableState | None) -> None:
+        try:
+            require_conditions(table, primary_raw_conditions(state, table))
+        except PreconditionsUnmetError as exc:
+            with self._recheck_lock:
+                self._recheck_due[table] = float("-inf")  # refuse the next batch too, after a re-read
+            log.error("%s", exc)
+            raise
+
+    def _schedule_recheck(self, table: str) -> None:
+        with self._recheck_lock:
+            self._recheck_due[table] = self._clock() + self.recheck_interval_s
+
+    def _recheck_due_now(self, table: str) -> bool:
+        # The push path: one clock read and a dict look-up; the catalog is read only when due.
+        now = self._clock()
+        with self._recheck_lock:
+            due = self._recheck_due.get(table)
+            if due is not None and now < due:
+                return False
+            # Claimed: sinks sharing this gate re-read the table once per interval, not once each.
+            self._recheck_due[table] = now + self.recheck_interval_s
+            return due is not None  # ``conform`` without ``ensure`` first: the timer starts now

@@ -1,0 +1,140 @@
+"""One read-back attempt, judged once for every caller (CLI, Airflow sensor and trigger, Dagster sensor).
+
+``verify_readback_once`` runs a single non-blocking verification and maps its result, or any exception,
+to a ``ReadbackOutcome``; ``outcome_of_error`` is the same mapping for exceptions raised before the
+attempt (resolving configuration, coverage, the Delta version). Adapters branch on the status only.
+
+The mapping keeps the decisions the adapters made before it moved here:
+
+- a missing Iceberg table or namespace, a visibility deadline, or a package error saying a table
+  "does not exist" / "not found": ``NOT_VISIBLE_YET``;
+- network failures, timeouts and package errors that are ``retriable`` (transient, poisoned stream,
+  concurrency rejected): ``UNAVAILABLE``;
+- no delivered coverage: ``NOTHING_TO_VERIFY``;
+- everything else (configuration, credentials, reserved columns absent, bugs): ``FAILED``, at once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+import requests.exceptions
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NoSuchIcebergTableError,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    NoSuchViewError,
+    ServerError,
+    ServiceUnavailableError,
+)
+
+from zerobus_orchestration.errors import (
+    NothingToVerifyError,
+    ReadbackTimeoutError,
+    ZerobusOrchestrationError,
+)
+from zerobus_orchestration.ranges import CoverageKey, OffsetRange
+from zerobus_orchestration.readback.coverage_check import DEFAULT_SAMPLE_SIZE
+from zerobus_orchestration.readback.endpoint import IcebergEndpoint
+from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
+from zerobus_orchestration.readback.verify import ReadbackReport, verify_readback
+from zerobus_orchestration.readback.visibility import DEFAULT_WAIT, VisibilityProbe, WaitPolicy
+
+_ABSENT = (NoSuchTableError, NoSuchNamespaceError, NoSuchIcebergTableError, NoSuchViewError)
+_UNAVAILABLE = (
+    ServerError,
+    ServiceUnavailableError,
+    CommitFailedException,
+    requests.exceptions.ConnectionError,  # ConnectTimeout too; pyiceberg's REST client is requests
+    requests.exceptions.ReadTimeout,
+    TimeoutError,
+    ConnectionError,
+)
+# Package errors carry no "absent" fact yet; their text is what says a table is not there (yet).
+_ABSENT_TEXT = re.compile(
+    r"does not exist|not found|no such table|no such namespace|table_or_view_not_found", re.I
+)
+# One attempt: the visibility wait gives up at once instead of polling (a sensor tick, a trigger poll).
+_ONE_ATTEMPT_S = 0.001
+
+
+def status_of_error(exc: BaseException) -> ReadbackStatus:
+    """The verdict an exception raised by a read-back attempt stands for."""
+    if isinstance(exc, NothingToVerifyError):
+        return ReadbackStatus.NOTHING_TO_VERIFY
+    if isinstance(exc, (ReadbackTimeoutError, *_ABSENT)):
+        return ReadbackStatus.NOT_VISIBLE_YET
+    if isinstance(exc, _UNAVAILABLE):
+        return ReadbackStatus.UNAVAILABLE
+    if isinstance(exc, ZerobusOrchestrationError):
+        if exc.retriable:  # transient, poisoned stream, concurrency reject: a later attempt can pass
+            return ReadbackStatus.UNAVAILABLE
+        if _ABSENT_TEXT.search(str(exc)):
+            return ReadbackStatus.NOT_VISIBLE_YET
+    return ReadbackStatus.FAILED
+
+
+def outcome_of_error(exc: BaseException, table: str) -> ReadbackOutcome:
+    status = status_of_error(exc)
+    if isinstance(exc, NothingToVerifyError):
+        return ReadbackOutcome(status, table, f"{table}: {exc}")
+    if isinstance(exc, ReadbackTimeoutError):
+        return ReadbackOutcome(status, table, f"{table}: Iceberg metadata has not caught up yet")
+    return ReadbackOutcome(status, table, f"{table}: {type(exc).__name__}: {exc}")
+
+
+def outcome_of_report(report: ReadbackReport) -> ReadbackOutcome:
+    """A scan that ran: verified, or covered rows missing (``INCOMPLETE``: they may still be committing)."""
+    data = report.as_dict()
+    if report.verified:
+        message = f"{report.table}: read-back verified"
+        return ReadbackOutcome(ReadbackStatus.VERIFIED, report.table, message, data)
+    missing = data["missing_rows"]
+    return ReadbackOutcome(
+        ReadbackStatus.INCOMPLETE,
+        report.table,
+        f"{report.table}: delivered rows not all visible through Iceberg yet "
+        f"({len(report.missing_ranges)} missing range(s), {missing} row(s))",
+        data,
+    )
+
+
+def verify_readback_once(
+    endpoint: IcebergEndpoint,
+    table: str,
+    coverage: Mapping[CoverageKey, Sequence[OffsetRange]],
+    *,
+    delta_version: int,
+    probe: VisibilityProbe | None = None,
+    policy: WaitPolicy = DEFAULT_WAIT,
+    partition_column: str | None = None,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+) -> ReadbackOutcome:
+    """One non-blocking attempt at ``verify_readback``, judged; never raises for a read-back failure.
+
+    ``policy`` supplies the backoff ceiling only: the attempt does not wait for visibility.
+    """
+    if not coverage:
+        return ReadbackOutcome(
+            ReadbackStatus.NOTHING_TO_VERIFY,
+            table,
+            f"read-back of {table}: no delivered coverage, so there is nothing to verify",
+        )
+    once = WaitPolicy(timeout_s=_ONE_ATTEMPT_S, initial_s=_ONE_ATTEMPT_S, max_s=policy.max_s)
+    try:
+        report = verify_readback(
+            endpoint,
+            table,
+            coverage,
+            delta_version=delta_version,
+            probe=probe,
+            force=False,
+            policy=once,
+            partition_column=partition_column,
+            sample_size=sample_size,
+        )
+    except Exception as exc:  # judged, not swallowed: the outcome carries the type and the message
+        return outcome_of_error(exc, table)
+    return outcome_of_report(report)

@@ -1,0 +1,196 @@
+"""Verifying coverage against the table: wait for visibility, scan, compare, report.
+
+In production the Delta version the writer observed is only a lower bound (Zerobus commits acknowledged
+rows asynchronously), so covered rows still missing are looked for again in newer snapshots until the
+deadline before they are reported missing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from pyiceberg.expressions import In
+from pyiceberg.table import Table as IcebergTable
+
+from zerobus_orchestration.errors import ReadbackTimeoutError
+from zerobus_orchestration.ranges import CoverageKey, OffsetRange
+from zerobus_orchestration.readback.coverage_check import (
+    DEFAULT_SAMPLE_SIZE,
+    CoverageCheck,
+    MissingRange,
+    RowRef,
+    check_coverage,
+)
+from zerobus_orchestration.readback.endpoint import IcebergEndpoint, require_columns
+from zerobus_orchestration.readback.visibility import (
+    DEFAULT_WAIT,
+    SnapshotSummaryProbe,
+    VisibilityProbe,
+    WaitPolicy,
+    summary_delta_version,
+    wait_for_delta_version,
+)
+from zerobus_orchestration.reserved import OFFSET, SOURCE
+from zerobus_orchestration.retry import poll_until
+from zerobus_orchestration.tables import TableName
+
+
+@dataclass(frozen=True)
+class ReadbackReport:
+    """What read-back found. ``verified`` means every covered range is present in the Iceberg scan;
+    duplicates (at-least-once re-sends) and rows outside coverage are reported but do not fail it."""
+
+    table: str
+    delta_version_expected: int
+    iceberg_delta_version: int
+    snapshot_id: int | None
+    waited_s: float
+    rows_scanned: int
+    missing_ranges: tuple[MissingRange, ...]
+    duplicate_count: int
+    duplicate_sample: tuple[RowRef, ...]
+    rows_outside_coverage: int
+    outside_sample: tuple[RowRef, ...]
+    verified: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (Dagster metadata, Airflow XCom, CLI output)."""
+        return {
+            "table": self.table,
+            "delta_version_expected": self.delta_version_expected,
+            "iceberg_delta_version": self.iceberg_delta_version,
+            "snapshot_id": self.snapshot_id,
+            "waited_s": round(self.waited_s, 3),
+            "rows_scanned": self.rows_scanned,
+            "missing_ranges": [
+                {
+                    "sink": m.key.sink,
+                    "source": m.key.source,
+                    "partition": m.key.partition,
+                    "start": m.span.start,
+                    "end": m.span.end,
+                }
+                for m in self.missing_ranges
+            ],
+            "missing_rows": sum(len(m.span) for m in self.missing_ranges),
+            "duplicate_count": self.duplicate_count,
+            "duplicate_sample": [_row_dict(r) for r in self.duplicate_sample],
+            "rows_outside_coverage": self.rows_outside_coverage,
+            "outside_sample": [_row_dict(r) for r in self.outside_sample],
+            "verified": self.verified,
+        }
+
+
+def _row_dict(row: RowRef) -> dict[str, Any]:
+    return {"source": row.source, "partition": row.partition, "offset": row.offset, "count": row.count}
+
+
+def verify_readback(
+    endpoint: IcebergEndpoint,
+    table: str,
+    coverage: Mapping[CoverageKey, Sequence[OffsetRange]],
+    *,
+    delta_version: int,
+    probe: VisibilityProbe | None = None,
+    force: bool = False,
+    policy: WaitPolicy = DEFAULT_WAIT,
+    partition_column: str | None = None,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+) -> ReadbackReport:
+    """Wait until Iceberg reflects ``delta_version`` (or force it), scan, and check ``coverage``.
+
+    ``coverage`` maps each key to its delivered ranges (``CoverageStore`` output). ``probe`` defaults
+    to the snapshot-summary probe over the same endpoint; pass a ``CallableProbe`` over UC's
+    ``converted_delta_version`` in production. Raises ``ReadbackTimeoutError`` at the deadline.
+    """
+    name = TableName.parse(table)
+    start = time.monotonic()
+    if force:
+        endpoint.force_sync(name.full_name)
+    visible = wait_for_delta_version(probe or SnapshotSummaryProbe(endpoint), table, delta_version, policy)
+    deadline = start + policy.timeout_s
+    looks: list[tuple[IcebergTable, pa.Table, CoverageCheck]] = []
+
+    def complete() -> bool | None:
+        loaded = _load_visible(endpoint, table, delta_version, deadline, policy)
+        rows = _scan_sources(loaded, table, coverage, partition_column)
+        check = check_coverage(rows, coverage, partition_column=partition_column, sample_size=sample_size)
+        looks.append((loaded, rows, check))
+        return True if not check.missing else None
+
+    # In production ``delta_version`` is only a lower bound (Zerobus commits acknowledged rows
+    # asynchronously, P95 time to table ~30 s), so rows may still be on their way into a later
+    # commit: look again at newer snapshots until the deadline instead of reporting them missing.
+    poll_until(complete, timeout_s=deadline - time.monotonic(), backoff=policy.backoff)
+    loaded, rows, check = looks[-1]
+    snapshot = loaded.current_snapshot()
+    seen = summary_delta_version(loaded)
+    return ReadbackReport(
+        table=name.full_name,
+        delta_version_expected=delta_version,
+        iceberg_delta_version=seen if seen is not None else visible.delta_version,
+        snapshot_id=snapshot.snapshot_id if snapshot is not None else None,
+        waited_s=time.monotonic() - start,
+        rows_scanned=rows.num_rows,
+        missing_ranges=check.missing,
+        duplicate_count=check.duplicate_count,
+        duplicate_sample=check.duplicate_sample,
+        rows_outside_coverage=check.rows_outside_coverage,
+        outside_sample=check.outside_sample,
+        verified=not check.missing,
+    )
+
+
+def _scan_sources(
+    loaded: IcebergTable,
+    table: str,
+    coverage: Mapping[CoverageKey, Sequence[OffsetRange]],
+    partition_column: str | None,
+) -> pa.Table:
+    """The (source, offset[, partition]) columns of every covered source, from the current snapshot."""
+    snapshot = loaded.current_snapshot()
+    sources = sorted({key.source for key in coverage})
+    require_columns(loaded, table, [SOURCE, OFFSET, *([partition_column] if partition_column else [])])
+    if snapshot is None or not sources:
+        rows = pa.table({SOURCE: pa.array([], pa.string()), OFFSET: pa.array([], pa.int64())})
+        if partition_column:
+            rows = rows.append_column(partition_column, pa.array([], pa.string()))
+        return rows
+    selected = (SOURCE, OFFSET, *((partition_column,) if partition_column else ()))
+    scanned: pa.Table = loaded.scan(
+        row_filter=In(term=SOURCE, literals=sources),
+        selected_fields=selected,
+        snapshot_id=snapshot.snapshot_id,
+    ).to_arrow()
+    return scanned
+
+
+def _load_visible(
+    endpoint: IcebergEndpoint, table: str, version: int, deadline: float, policy: WaitPolicy
+) -> IcebergTable:
+    """Load ``table``; a production probe may report the conversion before REST serves the table."""
+    absent: list[NoSuchTableError | NoSuchNamespaceError] = []
+
+    def served() -> IcebergTable | None:
+        try:
+            return endpoint.load_table(table)
+        except (NoSuchTableError, NoSuchNamespaceError) as exc:
+            absent.append(exc)
+            return None
+
+    loaded = poll_until(served, timeout_s=deadline - time.monotonic(), backoff=policy.backoff)
+    if loaded is None:
+        exc = absent[-1]
+        raise ReadbackTimeoutError(
+            f"read-back of {table}: the probe reported Delta version {version} converted, but the "
+            f"Iceberg REST catalog did not serve the table before the deadline ({exc}); check the "
+            "catalog name (warehouse) and the reader's permissions",
+            table=table,
+            delta_version=version,
+        ) from exc
+    return loaded
