@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-logo  # the layering contracts in .importlinter
 
 typecheck: $(STAMP)
-	$(BIN)/mypy zerobus_orchestration dagster_defs airflow_provider
+	$(BIN)/mypy zerobus_orchestration dagster_defs airflow_provider benchmarks
 
 pytest: $(STAMP)
 	$(LOOPBACK_ENV) $(BIN)/pytest $(PYTEST_ARGS)

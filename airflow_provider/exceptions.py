@@ -1,4 +1,4 @@
-"""The Airflow adapter's own errors; everything else it raises comes from the core's hierarchy.
+"""The Airflow adapter's errors: today only the core's probe error, kept importable from here.
 
 Like the core's, they derive from ``ZerobusOrchestrationError``, so ``exc.retriable`` answers whether a
 retry can help.
@@ -6,12 +6,5 @@ retry can help.
 
 from __future__ import annotations
 
-from zerobus_orchestration.errors import ZerobusOrchestrationError
-
-
-class ProbeError(ZerobusOrchestrationError):
-    """One reachability probe failed; the message names the URL and the cause, never a secret.
-
-    Not retriable as such: the probe is a diagnosis (a wrong URL, a refused secret, a proxy in the way)
-    that the connection's owner acts on; ``probe_remote`` folds these into its answer.
-    """
+# One reachability probe failed: the core's, which the runtime's start-up probe raises too.
+from zerobus_orchestration.reachability import ProbeError as ProbeError

@@ -1,24 +1,30 @@
 """Throughput through the official SDK into the local emulator: Arrow vs JSON records, sink vs bare SDK.
 
-Four phases on one emulator, the same generated rows for each, one run:
+The emulator runs in its own process (``python -m zerobus_orchestration.emulator``), so the CPU time of
+this process (``time.process_time``: every thread, the SDK's native ones included) is the client's alone.
 
-* ``arrow``: ``create_arrow_stream`` + ``ingest_batch`` per batch + one ``flush`` (the Arrow Flight path).
-* ``json``: ``create_stream(TableProperties(table))`` + ``ingest_records_offset([json strings])`` per
-  batch + one ``flush``: what dlt's Zerobus loader and most hand-written loaders do. Its rate includes
-  turning the Arrow rows into JSON strings on the client; the rate without that is reported too.
-* ``bare``: the Arrow loop again, into the sink's table (reserved columns omitted, they are nullable):
-  the baseline for the sink.
-* ``sink``: ``ZerobusSink`` over ``StreamPool`` over ``SdkTransport`` (catalog gate, reserved-column
-  stamping, ack lane, SQLite coverage) from first push to ``flush``.
+* ``arrow``: ``create_arrow_stream`` + ``ingest_batch`` per batch + one ``flush``, the payload columns
+  only (the Arrow Flight path), once.
+* ``json`` (slow at full size; skipped by ``--no-json``): ``create_stream`` +
+  ``ingest_records_offset([json strings])`` per batch + one ``flush``: what dlt's Zerobus loader and
+  most hand-written loaders do. Its rate includes turning the Arrow rows into JSON strings on the
+  client; the rate without that is reported too.
+* ``bare`` vs ``sink``, like for like: the bare loop sends exactly the batches the sink sends, the
+  payload stamped with the reserved columns (``_twg_emit_ts``, ``_twg_source``, ``_twg_offset``) by the
+  sink's own ``Stamper`` before the clock starts; the sink (``ZerobusSink`` over ``StreamPool`` over
+  ``SdkTransport``: catalog gate, stamping, ack lane, SQLite coverage) gets the unstamped payload and
+  stamps it itself, so its stamping cost counts against it. Both run ``--repetitions`` times in
+  interleaved order (bare, sink, bare, sink, ...) into the same table; ratios are taken per pair and
+  reported as median with min and max.
 
-Client and emulator share this process's cores (Python, GIL), so the figures compare paths with one
-another; they are not Zerobus service figures. The emulator decodes JSON rows in Python, which weighs
-on the JSON path more than the real service would. Acknowledgements are durable (fsync'd WAL); Delta
-materialisation is switched off while timing and run once at the end to verify the row counts.
+Client and emulator share the machine's cores, so the figures compare paths with one another; they are
+not Zerobus service figures. Acknowledgements are durable (fsync'd WAL); Delta materialisation is off
+while timing, and the emulator commits everything on SIGTERM, after which the row counts are verified.
 
     python benchmarks/emulator_throughput.py                  # table
     python benchmarks/emulator_throughput.py --json --rows 2000000
-    python benchmarks/emulator_throughput.py --profile-sink   # cProfile of the sink phase
+    python benchmarks/emulator_throughput.py --smoke --json   # tiny run (CI): checks it works, not figures
+    python benchmarks/emulator_throughput.py --profile-sink   # cProfile of the sink phases
 """
 
 from __future__ import annotations
@@ -26,11 +32,15 @@ from __future__ import annotations
 import argparse
 import cProfile
 import datetime as dt
+import functools
 import io
 import json
 import logging
 import os
 import pstats
+import signal
+import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -39,7 +49,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,11 +57,14 @@ from deltalake import DeltaTable
 
 from zerobus_orchestration.catalog.catalog_gate import CatalogGate
 from zerobus_orchestration.catalog.local import LocalCatalog
-from zerobus_orchestration.config import EmulatorConfig, PoolConfig, SdkStreamOptions
+from zerobus_orchestration.config import PoolConfig, SdkStreamOptions
 from zerobus_orchestration.coverage import CoverageStore
-from zerobus_orchestration.emulator.server import Emulator
+from zerobus_orchestration.emulator.private import WELL_KNOWN_SECRET
 from zerobus_orchestration.metrics import SinkMetrics
+from zerobus_orchestration.ranges import OffsetRange
+from zerobus_orchestration.reserved import RESERVED_FIELDS
 from zerobus_orchestration.sink import StreamPool, ZerobusSink
+from zerobus_orchestration.sink.stamping import Stamper
 from zerobus_orchestration.tables import table_uri
 from zerobus_orchestration.transport.sdk import SdkTransport, arrow_stream_options, bypass_proxy_for_loopback
 
@@ -59,9 +72,12 @@ ARROW_TABLE = "bench.default.arrow_path"
 JSON_TABLE = "bench.default.json_path"
 SINK_TABLE = "bench.default.sink_path"
 WARMUP_TABLE = "bench.default.warmup"
+SOURCE = "benchmark"
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 MB = 1_000_000
+GB = 1_000_000_000
 JSON_CALL_LIMIT = 10_420_224  # the SDK's per-call payload limit on the row path (10 MiB - 64 KiB)
+SMOKE = {"rows": 2_000, "batch_rows": 500, "repetitions": 2}
 PAYLOAD = pa.schema(
     [
         pa.field("id", pa.int64(), nullable=False),
@@ -79,6 +95,7 @@ class Phase:
     rows: int
     bytes: int
     seconds: float
+    cpu_s: float  # this process's CPU time (all threads) over the phase
 
     @property
     def rows_per_s(self) -> float:
@@ -88,12 +105,47 @@ class Phase:
     def mb_per_s(self) -> float:
         return self.bytes / MB / self.seconds
 
+    @property
+    def cpu_s_per_gb(self) -> float:
+        return self.cpu_s / (self.bytes / GB)
+
+
+@dataclass(frozen=True)
+class Spread:
+    median: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread:
+        return cls(statistics.median(values), min(values), max(values))
+
+
+@dataclass(frozen=True)
+class PathFigures:
+    """One path's figures over the repetitions."""
+
+    rows_per_s: Spread
+    mb_per_s: Spread
+    cpu_s_per_gb: Spread
+
+    @classmethod
+    def of(cls, phases: list[Phase]) -> PathFigures:
+        return cls(
+            Spread.of([p.rows_per_s for p in phases]),
+            Spread.of([p.mb_per_s for p in phases]),
+            Spread.of([p.cpu_s_per_gb for p in phases]),
+        )
+
 
 @dataclass(frozen=True)
 class Result:
     rows: int
     batch_rows: int
     cpus: int
+    repetitions: int
+    emulator: str  # where the emulator ran: "own process"
+    stamped_bytes: int  # Arrow bytes the bare loop and the sink each send per repetition
     arrow_rows_per_s: float
     arrow_mb_per_s: float
     json_rows_per_s: float | None
@@ -101,10 +153,12 @@ class Result:
     json_ingest_rows_per_s: float | None
     json_encode_s: float | None
     arrow_over_json: float | None
-    bare_sdk_rows_per_s: float
-    sink_rows_per_s: float
-    sink_mb_per_s: float
-    sink_over_bare: float
+    bare: PathFigures
+    sink: PathFigures
+    sink_over_bare: float  # median over the interleaved pairs of sink rows/s over bare rows/s
+    sink_over_bare_min: float
+    sink_over_bare_max: float
+    client_cpu_per_gb_sink_over_bare: float  # median over the pairs; 1.0 = the sink costs no extra CPU
     sink_coverage: bool
     verified: bool
 
@@ -129,6 +183,15 @@ def generate(rows: int, batch_rows: int) -> list[pa.RecordBatch]:
     return batches
 
 
+def stamped(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """The batches as the sink sends them: the sink's own ``Stamper``, positions counted from 0."""
+    stamper, emit_ts, at, out = Stamper(SOURCE), dt.datetime.now(dt.UTC), 0, []
+    for batch in batches:
+        out.append(stamper.stamp(batch, OffsetRange(at, at + batch.num_rows), emit_ts, None))
+        at += batch.num_rows
+    return out
+
+
 def to_json_records(batch: pa.RecordBatch) -> list[str]:
     """Rows as JSON objects, timestamps as epoch microseconds (how Zerobus JSON carries TIMESTAMP)."""
     columns = batch.set_column(4, "at", pc.cast(batch.column("at"), pa.int64())).to_pydict()
@@ -151,6 +214,48 @@ def json_calls(records: list[str]) -> Iterator[list[str]]:
         yield call
 
 
+# -- the emulator, out of process -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    endpoint: str
+    workspace_url: str
+    client_id: str
+    client_secret: str
+    pid: int
+
+
+@contextmanager
+def emulator_process(warehouse: str, log: IO[bytes]) -> Iterator[Endpoint]:
+    """``python -m zerobus_orchestration.emulator`` in its own process; SIGTERM commits and stops it."""
+    # Materialisation effectively off while timing (it would compete for the cores); no Iceberg mirror.
+    command = [sys.executable, "-m", "zerobus_orchestration.emulator", "--warehouse", warehouse, "--json"]
+    command += ["--no-iceberg", "--time-to-table", "3600"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the emulator exited before serving (exit {proc.wait()}); see its log")
+        info = json.loads(line)
+        yield Endpoint(
+            str(info["endpoint"]),
+            str(info["workspace_url"]),
+            str(info["client_id"]),
+            WELL_KNOWN_SECRET,
+            proc.pid,
+        )
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # serve commits everything acknowledged before exiting
+            try:
+                proc.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 # -- phases -----------------------------------------------------------------------------------------
 
 
@@ -159,12 +264,12 @@ def sdk_options() -> SdkStreamOptions:
 
 
 def timed(name: str, rows: int, nbytes: int, run: Callable[[], None]) -> Phase:
-    start = time.perf_counter()
+    cpu, start = time.process_time(), time.perf_counter()
     run()
-    return Phase(name, rows, nbytes, time.perf_counter() - start)
+    return Phase(name, rows, nbytes, time.perf_counter() - start, time.process_time() - cpu)
 
 
-def arrow_loop(emu: Emulator, table: str, batches: list[pa.RecordBatch]) -> None:
+def arrow_loop(emu: Endpoint, table: str, batches: list[pa.RecordBatch]) -> None:
     """The bare official-SDK Arrow loop: create, ingest every batch, one flush, close."""
     from zerobus.sdk.sync import ZerobusSdk
 
@@ -178,7 +283,7 @@ def arrow_loop(emu: Emulator, table: str, batches: list[pa.RecordBatch]) -> None
     stream.close()
 
 
-def json_loop(emu: Emulator, table: str, calls: list[list[str]]) -> None:
+def json_loop(emu: Endpoint, table: str, calls: list[list[str]]) -> None:
     from zerobus.sdk.shared import StreamConfigurationOptions, TableProperties
     from zerobus.sdk.sync import ZerobusSdk
 
@@ -197,23 +302,29 @@ def json_loop(emu: Emulator, table: str, calls: list[list[str]]) -> None:
 class Settings:
     rows: int
     batch_rows: int
+    repetitions: int = 5
     with_json: bool = True
     coverage: bool = True  # the sink records coverage in SQLite, as the runtime does
     profiler: SinkProfiler | None = None
 
 
-def sink_run(emu: Emulator, warehouse: str, batches: list[pa.RecordBatch], settings: Settings) -> None:
+def sink_run(
+    emu: Endpoint, warehouse: str, batches: list[pa.RecordBatch], settings: Settings, run_no: int
+) -> None:
+    from pydantic import SecretStr
+
     transport = SdkTransport(
         emu.endpoint,
         emu.workspace_url,
         client_id=emu.client_id,
-        client_secret=emu.config.client_secret,
+        client_secret=SecretStr(emu.client_secret),
         options=sdk_options(),
     )
-    store = CoverageStore(Path(warehouse) / "_zerobus" / "coverage.sqlite", SINK_TABLE)
+    # A coverage store per repetition: each run's positions start at 0 again, as a fresh write would.
+    store = CoverageStore(Path(warehouse) / "_zerobus" / f"coverage-{run_no}.sqlite", SINK_TABLE)
     recorder = store if settings.coverage else None
     pool = StreamPool(transport, SINK_TABLE, PoolConfig(), recorder=recorder, metrics=SinkMetrics())
-    sink = ZerobusSink(pool, source="benchmark", gate=CatalogGate(LocalCatalog(warehouse)))
+    sink = ZerobusSink(pool, source=SOURCE, gate=CatalogGate(LocalCatalog(warehouse)))
     with settings.profiler.active() if settings.profiler else nullcontext():
         for batch in batches:
             sink.push(batch)
@@ -224,8 +335,8 @@ def sink_run(emu: Emulator, warehouse: str, batches: list[pa.RecordBatch], setti
 
 class SinkProfiler:
     """cProfile of the pushing thread plus every sink thread started while it runs (ack lanes,
-    supervisor). Emulator threads started meanwhile (gRPC handlers) are left out: the question is
-    where the sink spends its time."""
+    supervisor). The SDK's native threads are invisible to it: the question is where the sink's
+    Python spends its time."""
 
     def __init__(self) -> None:
         self.main = cProfile.Profile()
@@ -267,70 +378,90 @@ def create_payload_table(warehouse: str, table: str) -> None:
     DeltaTable.create(uri, schema=PAYLOAD)
 
 
-def prepare_sink_table(warehouse: str, batch: pa.RecordBatch) -> None:
+def prepare_sink_table(warehouse: str) -> None:
     """The catalog creates the sink's table (reserved columns included) before the clock starts."""
-    from zerobus_orchestration.reserved import RESERVED_FIELDS
-
     gate = CatalogGate(LocalCatalog(warehouse))
-    gate.ensure(SINK_TABLE, pa.schema([*batch.schema, *RESERVED_FIELDS]))
+    gate.ensure(SINK_TABLE, pa.schema([*PAYLOAD, *RESERVED_FIELDS]))
 
 
-def delta_count(emu: Emulator, table: str) -> int:
-    emu.materialize_now(table)
-    return int(DeltaTable(table_uri(emu.warehouse, table)).count())
+def delta_count(warehouse: str, table: str) -> int:
+    return int(DeltaTable(table_uri(warehouse, table)).count())
 
 
-def json_path(emu: Emulator, batches: list[pa.RecordBatch]) -> tuple[Phase, Phase, float]:
+def json_path(emu: Endpoint, batches: list[pa.RecordBatch]) -> tuple[Phase, Phase, float]:
     """(ingest only, ingest plus client-side encoding, encoding seconds) for the JSON record path."""
     rows = sum(b.num_rows for b in batches)
-    encode_start = time.perf_counter()
+    cpu, encode_start = time.process_time(), time.perf_counter()
     calls = [call for batch in batches for call in json_calls(to_json_records(batch))]
-    encode_s = time.perf_counter() - encode_start
+    encode_s, encode_cpu = time.perf_counter() - encode_start, time.process_time() - cpu
     json_bytes = sum(len(r) for call in calls for r in call)
     ingest = timed("json, encoding excluded", rows, json_bytes, lambda: json_loop(emu, JSON_TABLE, calls))
-    return ingest, Phase("json (SDK record stream)", rows, json_bytes, ingest.seconds + encode_s), encode_s
+    whole = Phase(
+        "json (SDK record stream)", rows, json_bytes, ingest.seconds + encode_s, ingest.cpu_s + encode_cpu
+    )
+    return ingest, whole, encode_s
 
 
-def run(settings: Settings, warehouse: str) -> tuple[Result, list[Phase]]:
+def measure(
+    settings: Settings, warehouse: str, emu: Endpoint, batches: list[pa.RecordBatch]
+) -> tuple[Phase, tuple[Phase, Phase, float] | None, list[Phase], list[Phase]]:
+    rows = settings.rows
+    sent = stamped(batches)
+    stamped_bytes = sum(b.nbytes for b in sent)
+    # Untimed: the SDK's first stream pays for its runtime, token cache and connection set-up.
+    arrow_loop(emu, WARMUP_TABLE, batches[:1])
+    if settings.with_json:
+        json_loop(emu, WARMUP_TABLE, list(json_calls(to_json_records(batches[0].slice(0, 100)))))
+    arrow_bytes = sum(b.nbytes for b in batches)
+    arrow = timed(
+        "arrow (SDK Arrow stream)", rows, arrow_bytes, lambda: arrow_loop(emu, ARROW_TABLE, batches)
+    )
+    json_phases = json_path(emu, batches) if settings.with_json else None
+    bares: list[Phase] = []
+    sinks: list[Phase] = []
+    for run_no in range(settings.repetitions):  # interleaved: drift in the machine hits both alike
+        bares.append(timed("bare SDK loop", rows, stamped_bytes, lambda: arrow_loop(emu, SINK_TABLE, sent)))
+        sinks.append(
+            timed(
+                "sink over SdkTransport",
+                rows,
+                stamped_bytes,
+                functools.partial(sink_run, emu, warehouse, batches, settings, run_no),
+            )
+        )
+    return arrow, json_phases, bares, sinks
+
+
+def run(settings: Settings, warehouse: str, log: IO[bytes]) -> tuple[Result, list[Phase]]:
     rows, batch_rows = settings.rows, settings.batch_rows
     batches = generate(rows, batch_rows)
-    arrow_bytes = sum(b.nbytes for b in batches)
     for table in (ARROW_TABLE, JSON_TABLE, WARMUP_TABLE):
         create_payload_table(warehouse, table)
-    prepare_sink_table(warehouse, batches[0])
+    prepare_sink_table(warehouse)
 
-    # Materialisation off while timing: it would compete for the same cores.
-    config = EmulatorConfig(time_to_table_s=3600.0, iceberg_lag_s=0.0)
-    with Emulator(warehouse, config, iceberg=False) as emu:
+    with emulator_process(warehouse, log) as emu:
         bypass_proxy_for_loopback(emu.endpoint)
-        # Untimed: the SDK's first stream pays for its runtime, token cache and connection set-up.
-        arrow_loop(emu, WARMUP_TABLE, batches[:1])
-        json_loop(emu, WARMUP_TABLE, list(json_calls(to_json_records(batches[0].slice(0, 100)))))
-        arrow = timed(
-            "arrow (SDK Arrow stream)", rows, arrow_bytes, lambda: arrow_loop(emu, ARROW_TABLE, batches)
-        )
-
-        json_phases = json_path(emu, batches) if settings.with_json else None
-
-        bare = timed("bare SDK Arrow loop", rows, arrow_bytes, lambda: arrow_loop(emu, SINK_TABLE, batches))
-        sink = timed(
-            "sink over SdkTransport", rows, arrow_bytes, lambda: sink_run(emu, warehouse, batches, settings)
-        )
-
-        expected = {ARROW_TABLE: rows, SINK_TABLE: 2 * rows} | (
-            {JSON_TABLE: rows} if settings.with_json else {}
-        )
-        counts = {table: delta_count(emu, table) for table in expected}
+        arrow, json_phases, bares, sinks = measure(settings, warehouse, emu, batches)
+    # The emulator committed everything acknowledged to Delta on its way out.
+    expected = {ARROW_TABLE: rows, SINK_TABLE: 2 * settings.repetitions * rows} | (
+        {JSON_TABLE: rows} if settings.with_json else {}
+    )
+    counts = {table: delta_count(warehouse, table) for table in expected}
     verified = counts == expected
     if not verified:
         logging.error("row counts in Delta %s differ from what was sent %s", counts, expected)
 
-    phases = [arrow, *(json_phases[:2] if json_phases else ()), bare, sink]
+    pairs = list(zip(bares, sinks, strict=True))
+    speed = Spread.of([s.rows_per_s / b.rows_per_s for b, s in pairs])
+    cpu = statistics.median([s.cpu_s_per_gb / b.cpu_s_per_gb for b, s in pairs])
     ingest, json_phase, encode_s = json_phases if json_phases else (None, None, None)
     result = Result(
         rows=rows,
         batch_rows=batch_rows,
         cpus=os.cpu_count() or 0,
+        repetitions=settings.repetitions,
+        emulator="own process",
+        stamped_bytes=bares[0].bytes,
         arrow_rows_per_s=arrow.rows_per_s,
         arrow_mb_per_s=arrow.mb_per_s,
         json_rows_per_s=json_phase.rows_per_s if json_phase else None,
@@ -338,32 +469,47 @@ def run(settings: Settings, warehouse: str) -> tuple[Result, list[Phase]]:
         json_ingest_rows_per_s=ingest.rows_per_s if ingest else None,
         json_encode_s=encode_s,
         arrow_over_json=arrow.rows_per_s / json_phase.rows_per_s if json_phase else None,
-        bare_sdk_rows_per_s=bare.rows_per_s,
-        sink_rows_per_s=sink.rows_per_s,
-        sink_mb_per_s=sink.mb_per_s,
-        sink_over_bare=sink.rows_per_s / bare.rows_per_s,
+        bare=PathFigures.of(bares),
+        sink=PathFigures.of(sinks),
+        sink_over_bare=speed.median,
+        sink_over_bare_min=speed.min,
+        sink_over_bare_max=speed.max,
+        client_cpu_per_gb_sink_over_bare=cpu,
         sink_coverage=settings.coverage,
         verified=verified,
     )
-    return result, phases
+    return result, [arrow, *(json_phases[:2] if json_phases else ()), *bares, *sinks]
 
 
 def render(result: Result, phases: list[Phase]) -> str:
     lines = [
-        f"{result.rows:,} rows in batches of {result.batch_rows:,}, {result.cpus} CPU(s), one run",
+        f"{result.rows:,} rows in batches of {result.batch_rows:,}, {result.cpus} CPU(s), emulator in its "
+        f"own process, bare/sink x{result.repetitions} interleaved, {result.stamped_bytes / MB:.1f} MB "
+        "stamped per bare/sink run",
         "",
-        f"{'phase':<34}{'seconds':>9}{'rows/s':>14}{'MB/s':>9}",
+        f"{'phase':<30}{'seconds':>9}{'rows/s':>14}{'MB/s':>9}{'client CPU s/GB':>17}",
     ]
     for phase in phases:
-        lines.append(f"{phase.name:<34}{phase.seconds:>9.2f}{phase.rows_per_s:>14,.0f}{phase.mb_per_s:>9.1f}")
+        lines.append(
+            f"{phase.name:<30}{phase.seconds:>9.2f}{phase.rows_per_s:>14,.0f}{phase.mb_per_s:>9.1f}"
+            f"{phase.cpu_s_per_gb:>17.2f}"
+        )
+    lines.append("")
+    for name, fig in (("bare", result.bare), ("sink", result.sink)):
+        lines.append(
+            f"{name} median: {fig.rows_per_s.median:,.0f} rows/s, {fig.mb_per_s.median:.1f} MB/s "
+            f"(min {fig.mb_per_s.min:.1f}, max {fig.mb_per_s.max:.1f}), "
+            f"{fig.cpu_s_per_gb.median:.2f} client CPU s/GB"
+        )
     lines += [
-        "",
         f"Arrow over JSON (JSON incl. {result.json_encode_s:.2f}s client encoding): "
         f"{result.arrow_over_json:.1f}x"
         if result.arrow_over_json is not None
-        else "JSON path skipped (--no-json)",
-        f"sink over bare SDK: {result.sink_over_bare:.2f} (1.00 = no overhead; "
+        else "JSON path skipped",
+        f"sink over bare SDK, like for like: {result.sink_over_bare:.2f} median "
+        f"(min {result.sink_over_bare_min:.2f}, max {result.sink_over_bare_max:.2f}; 1.00 = no overhead; "
         f"coverage store {'on' if result.sink_coverage else 'off'})",
+        f"client CPU per GB, sink over bare: {result.client_cpu_per_gb_sink_over_bare:.2f} median",
         f"row counts verified in Delta: {result.verified}",
     ]
     return "\n".join(lines)
@@ -375,26 +521,52 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows per phase (default 1,000,000)")
     parser.add_argument("--batch-rows", type=int, default=20_000, help="rows per batch (default 20,000)")
+    parser.add_argument("--repetitions", type=int, default=5, help="bare/sink pairs, interleaved (default 5)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--warehouse", help="warehouse folder (default: a temporary one, removed after)")
     parser.add_argument("--no-json", action="store_true", help="skip the (slow) JSON record path")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"tiny run that checks the benchmark works, not its figures ({SMOKE})",
+    )
     parser.add_argument(
         "--no-coverage",
         action="store_true",
         help="sink without its SQLite coverage store (isolates its cost)",
     )
-    parser.add_argument("--profile-sink", action="store_true", help="cProfile the sink phase (to stderr)")
+    parser.add_argument("--profile-sink", action="store_true", help="cProfile the sink phases (to stderr)")
     parser.add_argument("--profile-top", type=int, default=25, help="functions listed per profile view")
     args = parser.parse_args(argv)
-    if args.rows < 1 or args.batch_rows < 1:
-        parser.error("--rows and --batch-rows must be >= 1")
+    if args.smoke:
+        args.rows, args.batch_rows, args.repetitions = (
+            SMOKE["rows"],
+            SMOKE["batch_rows"],
+            SMOKE["repetitions"],
+        )
+    if args.rows < 1 or args.batch_rows < 1 or args.repetitions < 1:
+        parser.error("--rows, --batch-rows and --repetitions must be >= 1")
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("RUST_LOG", "error")  # the SDK's per-stream INFO lines would drown the table
 
     profiler = SinkProfiler() if args.profile_sink else None
+    settings = Settings(
+        args.rows,
+        args.batch_rows,
+        args.repetitions,
+        not args.no_json,
+        not args.no_coverage,
+        profiler,
+    )
     with tempfile.TemporaryDirectory(prefix="zerobus-bench-") as scratch:
-        settings = Settings(args.rows, args.batch_rows, not args.no_json, not args.no_coverage, profiler)
-        result, phases = run(settings, args.warehouse or scratch)
+        log_path = Path(scratch) / "emulator.log"
+        warehouse = args.warehouse or str(Path(scratch) / "warehouse")
+        try:
+            with log_path.open("wb") as log:
+                result, phases = run(settings, warehouse, log)
+        except BaseException:
+            sys.stderr.write(log_path.read_text(errors="replace") if log_path.exists() else "")
+            raise
     if profiler is not None:
         print(profiler.report(args.profile_top), file=sys.stderr)
     print(json.dumps(asdict(result), indent=2) if args.json else render(result, phases))

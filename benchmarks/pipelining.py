@@ -19,7 +19,9 @@ thread (``meets_target``: >= 90 % of it). The third runs the *default* configura
 can push on this machine, so it is CPU-bound by design and reported without a target; what it shows is
 the speedup over waiting per batch.
 
-Run: ``python benchmarks/pipelining.py`` (table) or ``--json`` (one JSON object on stdout).
+Run: ``python benchmarks/pipelining.py`` (table) or ``--json`` (one JSON object on stdout); ``--smoke``
+for a tiny run that checks the benchmark works (CI), not its figures. Transport: ``MemoryTransport``, the
+in-memory fake with simulated ack latency, not the official SDK.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ class Result:
 DEFAULT_SCENARIOS = (Scenario(0.150, 2, 16), Scenario(0.005, 1, 2), Scenario(0.150, 1, 4096))
 TARGET_FRACTION = 0.90
 _DEFAULT_CAPACITY = PoolConfig().ack_channel_capacity  # the shipped default: reported without a target
+TRANSPORT = "MemoryTransport (in-memory fake, simulated ack latency)"  # not the official SDK
+SMOKE_WARMUP_S, SMOKE_WINDOW_S = 0.05, 0.2  # --smoke: every scenario still runs, briefly
 
 
 def _batch(rows: int) -> pa.RecordBatch:
@@ -175,7 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=100, help="rows per batch")
     parser.add_argument("--streams", type=int, default=None, help="override streams for every latency")
     parser.add_argument("--capacity", type=int, default=None, help="override ack_channel_capacity")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny run that checks the benchmark works, not its figures (short warm-up and window)",
+    )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.warmup, args.window = SMOKE_WARMUP_S, SMOKE_WINDOW_S
     scenarios = tuple(
         Scenario(s.latency_s, args.streams or s.streams, args.capacity or s.capacity)
         for s in DEFAULT_SCENARIOS
@@ -190,7 +201,10 @@ def main(argv: list[str] | None = None) -> int:
             "fraction_of_bound",
             "speedup_vs_inline",
         )
-        payload = {"results": [{**{k: asdict(r)[k] for k in keys}, **asdict(r)} for r in results]}
+        payload = {
+            "transport": TRANSPORT,
+            "results": [{**{k: asdict(r)[k] for k in keys}, **asdict(r)} for r in results],
+        }
         sys.stdout.write(json.dumps(payload) + "\n")
     else:
         print(render(results))

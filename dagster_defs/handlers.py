@@ -12,6 +12,8 @@ from typing import Any, TypeAlias
 
 import pyarrow as pa
 
+from zerobus_orchestration.errors import ConfigError
+
 ArrowData: TypeAlias = pa.Table | pa.RecordBatchReader
 
 
@@ -82,11 +84,29 @@ class PandasTypeHandler(ZerobusTypeHandler):
         return frame is not None and load_type is frame
 
     def to_arrow(self, obj: Any) -> ArrowData:
-        # The index is not data: a RangeIndex would otherwise become a __index_level_0__ column.
-        return pa.Table.from_pandas(obj, preserve_index=False)
+        return pa.Table.from_pandas(_named_index_as_columns(obj), preserve_index=False)
 
     def from_arrow(self, table: pa.Table, load_type: object) -> Any:
         return table.to_pandas()
+
+
+def _named_index_as_columns(frame: Any) -> Any:
+    """``frame`` with its named index levels as leading columns (``reset_index`` of those levels).
+
+    A named index is data (``groupby("currency").sum()`` keeps ``currency`` only there); an unnamed one
+    (the default RangeIndex, or what a filter leaves behind) is row numbering and is dropped, rather than
+    landing as a ``__index_level_0__`` column.
+    """
+    named = [name for name in frame.index.names if name is not None]
+    if not named:
+        return frame
+    clash = sorted(str(n) for n in named if n in frame.columns)
+    if clash:
+        raise ConfigError(
+            f"pandas DataFrame: index level(s) {clash} have the same name as a column, so they cannot be "
+            "kept as columns; rename the index (df.rename_axis(...)) or drop it (df.reset_index(drop=True))"
+        )
+    return frame.reset_index(level=named)
 
 
 class PolarsTypeHandler(ZerobusTypeHandler):

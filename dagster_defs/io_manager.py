@@ -21,6 +21,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
+from dagster_defs.drift import (
+    SCHEMA_CHANGES,
+    ContractRef,
+    added_columns,
+    contract_of,
+    describe_changes,
+    refuse_undeclared,
+)
 from dagster_defs.handlers import (
     ArrowTypeHandler,
     ZerobusTypeHandler,
@@ -46,7 +54,7 @@ from dagster_defs.naming import (
 )
 from dagster_defs.resource import ZerobusResource
 from zerobus_orchestration.config import Role
-from zerobus_orchestration.errors import PlanRefusedError, WriteBoundaryError
+from zerobus_orchestration.errors import NothingToVerifyError, PlanRefusedError, WriteBoundaryError
 from zerobus_orchestration.reserved import is_reserved
 from zerobus_orchestration.runtime import ZerobusRuntime
 
@@ -73,6 +81,11 @@ class ZerobusIOManager(dg.ConfigurableIOManagerFactory):  # type: ignore[type-ar
     Per-asset definition metadata: ``zerobus/table`` (table or full name), ``schema`` / ``zerobus/schema``,
     ``zerobus/role`` (``primary_raw`` | ``derived``), ``partition_expr`` (column holding the partition key,
     used to filter partitioned inputs), ``dagster/column_schema`` (column descriptions become comments).
+
+    A table with a contract asset refuses output columns the contract does not declare before anything
+    is sent; without one, columns a write adds are logged and listed as ``zerobus/schema_changes``
+    (``drift.py``). pandas named index levels are written as columns. An empty output still creates the
+    table, and loads as an empty input downstream.
     """
 
     zerobus: ZerobusResource = Field(description="The Zerobus resource whose runtime writes and reads.")
@@ -184,6 +197,17 @@ def _drain_quietly(rt: ZerobusRuntime, context: dg.OutputContext) -> None:
         context.log.warning(f"zerobus: draining after a failed write also failed: {exc}")
 
 
+def _create_if_missing(
+    rt: ZerobusRuntime, table: str, schema: pa.Schema, contract: ContractRef | None, role: Role | None
+) -> None:
+    if rt.catalog.describe(table) is not None:
+        return
+    if contract is not None:
+        rt.reconcile(table, contract.arrow_schema(table), role=contract.role or role)
+    else:
+        rt.reconcile(table, schema, role=role)
+
+
 class ZerobusIO(dg.IOManager):
     def __init__(
         self,
@@ -227,7 +251,13 @@ class ZerobusIO(dg.IOManager):
         source = source_for(key)
         partition = _coverage_partition(context, source)
         rt = self._zerobus.runtime
+        contract = contract_of(context, key)
+        changes: list[dict[str, str]] = []
         try:
+            if contract is not None:
+                refuse_undeclared(ref.full_name, schema, contract)
+            else:
+                changes = added_columns(rt, ref.full_name, schema)
             result = rt.write(
                 ref.full_name,
                 data,
@@ -236,6 +266,10 @@ class ZerobusIO(dg.IOManager):
                 descriptions=descriptions or None,
                 role=options.role or self._role,
             )
+            if result.rows_written == 0 and result.rows_skipped == 0:
+                # No batch was sent, so the sink never reconciled: an empty first write still creates
+                # the table (from the contract when there is one), so downstream reads find it.
+                _create_if_missing(rt, ref.full_name, schema, contract, options.role or self._role)
         except WriteBoundaryError as exc:
             # Bad input: retrying cannot help. Name table and column in the step failure.
             raise dg.Failure(
@@ -254,6 +288,9 @@ class ZerobusIO(dg.IOManager):
             # coverage holds every acknowledged row before a retry of this step resumes from it.
             _drain_quietly(rt, context)
             raise
+        if changes:
+            context.log.warning(describe_changes(ref.full_name, changes))
+            context.add_output_metadata({SCHEMA_CHANGES: dg.MetadataValue.json(changes)})
         try:
             cfg = rt.config
             uri = table_uri(
@@ -286,12 +323,31 @@ class ZerobusIO(dg.IOManager):
         load_type = context.dagster_type.typing_type if context.dagster_type else None
         handler = handler_for_load(self._handlers, load_type, self._default, where=where)
         rt = self._zerobus.runtime
-        if self._wait_for_readback:
-            # Iceberg metadata lags the Delta commit; block until the upstream's rows are visible.
-            rt.verify_readback(ref.full_name, source=source_for(key))
-        table = rt.read_rows(ref.full_name)
+        table = self._read(context, rt, ref.full_name, source_for(key), where=where)
         table = self._select(context, table, options, where=where)
         return handler.from_arrow(table, load_type)
+
+    def _read(
+        self, context: dg.InputContext, rt: ZerobusRuntime, name: str, source: str, *, where: str
+    ) -> pa.Table:
+        if not self._wait_for_readback:
+            return rt.read_rows(name)
+        try:
+            # Iceberg metadata lags the Delta commit; block until the upstream's rows are visible.
+            rt.verify_readback(name, source=source)
+        except NothingToVerifyError:
+            # The upstream delivered no rows (an empty write, which still created the table). A table
+            # that does not exist still fails the step.
+            state = rt.catalog.describe(name)
+            if state is None:
+                raise
+            if not rt.coverage_map(name):
+                # Nothing was ever delivered to it, and Iceberg may not show a table with no data
+                # commit yet: its rows are none, in the live schema.
+                context.log.info(f"{where}: {name} has no delivered rows; loading it empty")
+                return state.arrow_schema().empty_table()
+            rt.verify_readback(name)  # other writers' rows: wait until they are visible
+        return rt.read_rows(name)
 
     def _select(
         self, context: dg.InputContext, table: pa.Table, options: AssetOptions, *, where: str

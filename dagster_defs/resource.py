@@ -21,7 +21,14 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field, PrivateAttr, SecretStr
 
-from zerobus_orchestration.config import EmulatorMode, Role, ZerobusConfig, load_config, nest_keys
+from zerobus_orchestration.config import (
+    SHARED_EMULATOR_MODE,
+    EmulatorMode,
+    Role,
+    ZerobusConfig,
+    load_config,
+    nest_keys,
+)
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.runtime import (
     WriteResult,
@@ -34,8 +41,8 @@ from zerobus_orchestration.sink.sink import ZerobusSink
 log = logging.getLogger(__name__)
 
 # Steps of the default multiprocess executor are parallel processes: they share one emulator process
-# per warehouse instead of each starting its own (only one may hold a warehouse).
-EMBEDDED_MODE: EmulatorMode = "daemon"
+# per warehouse instead of each starting its own (only one may hold a warehouse); the core's one default.
+EMBEDDED_MODE: EmulatorMode = SHARED_EMULATOR_MODE
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, str]:

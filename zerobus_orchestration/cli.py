@@ -16,7 +16,7 @@ import typer
 
 from zerobus_orchestration.cli_errors import EXIT_BAD_INPUT, OneLineErrorsTyper, run, set_debug
 from zerobus_orchestration.cli_errors import report as report_error
-from zerobus_orchestration.config import ZerobusConfig, load_config
+from zerobus_orchestration.config import SHARED_EMULATOR_MODE, ZerobusConfig, load_config
 from zerobus_orchestration.errors import ZerobusOrchestrationError
 
 # Every command registered on this app ends a failure with one line "error: <cause>" on stderr and exit
@@ -49,10 +49,13 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on 
 
 
 def resolve_config(config: Path | None, warehouse: str | None, **overrides: Any) -> ZerobusConfig:
+    # The orchestrators' default too: the CLI reuses the warehouse's running emulator (``readback`` right
+    # after a Dagster or Airflow run) instead of starting its own, which only one process may do.
     try:
-        return load_config(config, warehouse=warehouse, **overrides)
+        cfg = load_config(config, warehouse=warehouse, **overrides)
     except ZerobusOrchestrationError as exc:
         raise typer.Exit(report_error(exc, EXIT_BAD_INPUT)) from None
+    return cfg.with_default_emulator_mode(SHARED_EMULATOR_MODE)
 
 
 def emit(summary: dict[str, Any], as_json: bool, human: str) -> None:

@@ -59,7 +59,19 @@ class PoolConfig(_Model):
     )
     peak_mb_s: float = Field(0.0, ge=0, description="Expected peak MB/s into one table.")
     ack_channel_capacity: int = Field(
-        4096, ge=1, description="Pending acks per stream before push blocks (the only backpressure)."
+        4096, ge=1, description="Pending acks per stream before push blocks (with max_inflight_bytes)."
+    )
+    max_inflight_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1,
+        description="Unacknowledged bytes per table's pool before push blocks; bounds client memory "
+        "whatever the batch size. A single larger batch is still sent, alone.",
+    )
+    max_batch_bytes: int = Field(
+        8 * 1024 * 1024,
+        ge=1024,
+        description="Batches larger than this are sliced by rows (zero-copy) before submit, each slice "
+        "recorded as its own range; kept well under the SDK's 10 MiB per-call payload limit.",
     )
     healthy_member_wait_s: float = Field(
         30.0, gt=0, description="How long a batch waits for a healthy stream while members rebuild."
@@ -143,6 +155,10 @@ class ReadbackConfig(_Model):
 
 
 EmulatorMode = Literal["in_process", "daemon"]
+SHARED_EMULATOR_MODE: EmulatorMode = "daemon"
+"""The embedded default of every entry point (Dagster, Airflow, the CLI): their work runs in several
+processes, one after or beside the other, and only one process may hold a warehouse, so they all share
+the warehouse's one emulator process (``zerobus-orch readback`` right after a run reuses it)."""
 
 
 class EmulatorConfig(_Model):
@@ -215,6 +231,12 @@ class ZerobusConfig(_Model):
     workspace_url: str | None = Field(None, description="Workspace URL (OAuth token endpoint, UC, REST).")
     client_id: str | None = Field(None, description="OAuth M2M service principal client id.")
     client_secret: SecretStr | None = Field(None, description="OAuth M2M service principal secret.")
+    connect_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="Remote endpoint: the runtime contacts the endpoint and the token endpoint once at "
+        "start, each bounded by this, and fails naming the URL and the cause if either does not answer.",
+    )
     warehouse: str = Field(DEFAULT_WAREHOUSE, description="Embedded warehouse folder or s3:// URI.")
     storage_options: dict[str, SecretStr] = Field(default_factory=dict, description="Object store options.")
     state_dir: str | None = Field(
@@ -256,8 +278,8 @@ class ZerobusConfig(_Model):
     def with_default_emulator_mode(self, mode: EmulatorMode) -> ZerobusConfig:
         """This config with ``emulator.mode`` = ``mode`` unless a mode was set explicitly (any source).
 
-        Orchestrators whose workers are parallel processes default to ``daemon``; the core default stays
-        ``in_process`` so a plain script or test keeps its emulator inside the process.
+        Every entry point (Dagster, Airflow, the CLI) passes ``SHARED_EMULATOR_MODE``; the library default
+        stays ``in_process`` so a plain script or test keeps its emulator inside the process.
         """
         if not self.embedded or "mode" in self.emulator.model_fields_set:
             return self

@@ -60,7 +60,7 @@ def rows_digest(
     if order_by is not None and batch.num_rows > 1:
         batch = batch.take(pc.sort_indices(batch.column(order_by)))  # Arrow's sort is stable
     names = sorted(batch.schema.names)
-    columns = [_decoded(batch.column(name)) for name in names]
+    columns = [_canonical_nulls(_decoded(batch.column(name))) for name in names]
     header = repr([(name, str(column.type)) for name, column in zip(names, columns, strict=True)])
     if batch.num_rows:
         # A fresh concatenation has offset 0 and exactly sized buffers: the IPC body of a sliced batch
@@ -99,6 +99,31 @@ def _decoded(column: pa.Array) -> pa.Array:
     # different dictionaries, and the dictionaries themselves are not in the body. Hash the values.
     plain = _plain(column.type)
     return column if plain == column.type else column.cast(plain)
+
+
+def _canonical_nulls(column: pa.Array) -> pa.Array:
+    # The bytes beneath a null slot of a fixed-width column are unspecified: two reads of the same rows
+    # may leave different values there, and the IPC body would hash them. Zero them first (fill_null),
+    # then put the nulls back: the validity bitmap still says which slots are null.
+    kind = column.type
+    if not column.null_count or not _fixed_width(kind):
+        return column
+    if pa.types.is_boolean(kind):
+        zero = pa.scalar(False)
+    else:
+        zero = pa.Array.from_buffers(kind, 1, [None, pa.py_buffer(bytes(kind.bit_width // 8))])[0]
+    filled = pc.fill_null(column, zero)
+    return pc.if_else(pc.is_valid(column), filled, pa.scalar(None, type=kind))
+
+
+def _fixed_width(kind: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_integer(kind)
+        or pa.types.is_floating(kind)
+        or pa.types.is_boolean(kind)
+        or pa.types.is_temporal(kind)
+        or pa.types.is_decimal(kind)
+    )
 
 
 def _plain(kind: pa.DataType) -> pa.DataType:

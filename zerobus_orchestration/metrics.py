@@ -38,6 +38,12 @@ class SinkMetrics:
         self.pending_offsets = Gauge(
             "zerobus_pending_offsets", "Batches submitted and not yet durable.", _STREAM_LABELS, registry=r
         )
+        self.inflight_bytes = Gauge(
+            "zerobus_inflight_bytes",
+            "Bytes submitted and not yet durable (summed per table, bounded by pool.max_inflight_bytes).",
+            _STREAM_LABELS,
+            registry=r,
+        )
         self.delivery_latency = Histogram(
             "zerobus_delivery_latency_seconds",
             "Time from submit to the durable acknowledgement being confirmed.",

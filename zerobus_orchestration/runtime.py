@@ -37,6 +37,7 @@ from zerobus_orchestration.coverage import CoverageStore, source_tag
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.preconditions import Condition, check_primary_raw
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
+from zerobus_orchestration.reachability import require_reachable
 from zerobus_orchestration.readback.endpoint import IcebergEndpoint
 from zerobus_orchestration.readback.status import ReadbackOutcome
 from zerobus_orchestration.readback.verify import ReadbackReport
@@ -139,6 +140,10 @@ class ZerobusRuntime:
                 "path every worker shares, or a retry on another host re-sends rows already delivered",
                 config.coverage_location,
             )
+        if transport is None and not config.embedded:
+            # Once, bounded: the SDKs would otherwise retry a dead workspace for minutes, then fail
+            # without naming it.
+            require_reachable(config)
         try:
             self.catalog: TableCatalog = catalog_from_config(config)
             if transport is None and config.embedded:

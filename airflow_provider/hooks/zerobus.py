@@ -233,7 +233,7 @@ def _test_remote(config: ZerobusConfig) -> tuple[bool, str]:
     from airflow_provider.utils.reachability import probe_remote
     from zerobus_orchestration.config import CatalogBackend
 
-    ok, message = probe_remote(config)
+    ok, message = probe_remote(config, config.connect_timeout_s)
     if config.catalog.backend is CatalogBackend.UNITY and not config.catalog.sql_warehouse_id:
         unset = "extra 'warehouse_id' (the SQL warehouse that runs table DDL) is not set"
         return False, f"{unset}; {message}"

@@ -31,7 +31,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from zerobus_orchestration.config import EmulatorMode, ZerobusConfig, deep_merge, load_config
+from zerobus_orchestration.config import (
+    SHARED_EMULATOR_MODE,
+    EmulatorMode,
+    ZerobusConfig,
+    deep_merge,
+    load_config,
+)
 from zerobus_orchestration.errors import ConfigError
 
 CONN_TYPE = "zerobus"
@@ -39,8 +45,9 @@ _PREFIX = f"extra__{CONN_TYPE}__"
 _TRUE = frozenset({"1", "true", "yes", "on", "y", "t"})
 _FALSE = frozenset({"0", "false", "no", "off", "n", "f", ""})
 # Task tries are processes of their own, run in parallel by LocalExecutor and Celery workers: embedded,
-# they share one emulator process per warehouse unless the connection sets ``emulator.mode``.
-EMBEDDED_MODE: EmulatorMode = "daemon"
+# they share one emulator process per warehouse unless the connection sets ``emulator.mode`` (the core's
+# one default for every entry point).
+EMBEDDED_MODE: EmulatorMode = SHARED_EMULATOR_MODE
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,7 @@ class AckLane:
         self._in_hand: list[PendingAck] = []
         self._kept: list[PendingAck] = []
         self._unconfirmed = 0  # reserved + queued + in hand: the pending acks the bound applies to
+        self._unconfirmed_bytes = 0  # queued + in hand (the pool's byte budget bounds their sum)
         self._waiting_pushers = 0
         self._state = LaneState.RUNNING
         self._delivered = delivered  # seq high-water: every seq below it is confirmed
@@ -151,6 +152,7 @@ class AckLane:
             check_lane(self.kind, item.confirmation)
         with self._cond:
             self._queue.append(item)
+            self._unconfirmed_bytes += item.nbytes
             self._cond.notify_all()
 
     def put_resubmitted(self, item: PendingAck) -> None:
@@ -158,6 +160,7 @@ class AckLane:
         check_lane(self.kind, item.confirmation)
         with self._cond:
             self._unconfirmed += 1
+            self._unconfirmed_bytes += item.nbytes
             self._queue.append(item)
             self._cond.notify_all()
 
@@ -194,6 +197,8 @@ class AckLane:
             self._kept, self._in_hand = [], []
             self._queue.clear()
             self._unconfirmed = 0
+            self._unconfirmed_bytes = 0
+            self._metrics.inflight_bytes.set(0)  # the pool re-submits them on another lane, or settles them
             self._cond.notify_all()
         return sorted(items, key=lambda item: item.seq)
 
@@ -256,6 +261,7 @@ class AckLane:
             # Set here too, not only after a confirm: while the ack this burst waits for is stalled,
             # the gauge must show the backlog, not the (lower) value left by the previous burst.
             self._metrics.pending.set(self._unconfirmed)
+            self._metrics.inflight_bytes.set(self._unconfirmed_bytes)
         burst.sort(key=lambda item: item.offset)
         return burst
 
@@ -330,8 +336,10 @@ class AckLane:
             self.confirmed += len(burst)
             self.bursts += 1
             self._unconfirmed -= len(burst)
+            self._unconfirmed_bytes -= nbytes
             self._in_hand = []
             self._metrics.pending.set(self._unconfirmed)
+            self._metrics.inflight_bytes.set(self._unconfirmed_bytes)
             self._cond.notify_all()
 
     def _fail(self, burst: list[PendingAck], error: BaseException, error_class: ErrorClass) -> None:

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from zerobus_orchestration.digest import RangeDigest, rows_digest
 from zerobus_orchestration.ranges import CoverageKey, CoverageRecorder, OffsetRange
+from zerobus_orchestration.sink.byte_budget import ByteBudget
 from zerobus_orchestration.sink.errors import ConfirmationLaneError
 
 log = logging.getLogger(__name__)
@@ -156,6 +157,7 @@ class PendingAck:
     ``first_poisoned_at`` when the first did; the pool stops re-sending a batch the service keeps
     rejecting instead of rebuilding streams for it forever.
     ``tracker``: the in-flight count of the writer that submitted it (see ``InFlightBatches``).
+    ``budget``: the pool's in-flight byte budget, given back ``nbytes`` when the batch settles.
     """
 
     lane: LaneKind
@@ -171,6 +173,7 @@ class PendingAck:
     poisonings: int = 0
     first_poisoned_at: float | None = None
     tracker: InFlightBatches | None = None
+    budget: ByteBudget | None = None
 
     def __post_init__(self) -> None:
         check_lane(self.lane, self.confirmation)
@@ -195,6 +198,7 @@ class PendingAck:
             poisonings=self.poisonings,
             first_poisoned_at=self.first_poisoned_at,
             tracker=self.tracker,
+            budget=self.budget,
         )
 
     def poisoned(self, now: float) -> PendingAck:
@@ -215,6 +219,8 @@ class PendingAck:
                 self.future.set_exception(error)
         if self.tracker is not None:
             self.tracker.settle()
+        if self.budget is not None:
+            self.budget.release(self.nbytes)  # confirmed or given up: either way, a waiting pusher goes on
 
 
 def span_of(confirmation: Confirmation) -> OffsetRange | None:

@@ -107,6 +107,8 @@ class PoolHealth:
     """Batches acknowledged durable whose coverage range could not be recorded (each one is in the log).
 
     Their rows landed, but coverage does not know it: a resumed write sends them again."""
+    inflight_bytes: int = 0
+    """Bytes submitted and not yet settled, across the pool; push waits at ``pool.max_inflight_bytes``."""
 
     @property
     def healthy(self) -> bool:
@@ -155,6 +157,7 @@ def pool_health(
     last_supervisor_error: str | None,
     closed: bool,
     now: float,
+    inflight_bytes: int = 0,
 ) -> PoolHealth:
     """A pool's snapshot from its members and the pool-wide counters (``StreamPool.health``)."""
     streams = tuple(stream_health(m, now) for m in members)
@@ -186,4 +189,5 @@ def pool_health(
         supervisor_errors=supervisor_errors,
         last_supervisor_error=last_supervisor_error,
         confirm_errors=sum(m.confirm_errors for m in members),
+        inflight_bytes=inflight_bytes,
     )

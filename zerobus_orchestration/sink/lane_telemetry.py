@@ -41,6 +41,7 @@ class LaneMetrics:
         m = telemetry.metrics
         self._coalesce = m.ack_coalesce_ratio.labels(**labels)
         self.pending = m.pending_offsets.labels(**labels)
+        self.inflight_bytes = m.inflight_bytes.labels(**labels)
         self._latency = m.delivery_latency.labels(**labels)
         self.retries = m.ack_lane_retries.labels(**labels)
         self.poisoned = m.ack_lane_poisoned.labels(**labels)

@@ -31,6 +31,7 @@ from zerobus_orchestration.errors import ErrorClass, SinkClosedError
 from zerobus_orchestration.metrics import SinkMetrics, default_metrics
 from zerobus_orchestration.ranges import CoverageRecorder, OffsetRange
 from zerobus_orchestration.sink.ack_lane import AckLane
+from zerobus_orchestration.sink.byte_budget import ByteBudget
 from zerobus_orchestration.sink.confirmation import (
     Confirmation,
     InFlightBatches,
@@ -105,6 +106,16 @@ class StreamPool:
         self._coalesce = SampleReservoir()
         self._latency = SampleReservoir()
         self._supervisor = Supervisor(self, seed=seed)  # its thread starts at the first ``ensure_open``
+        self._budget = ByteBudget(self.config.max_inflight_bytes, table=table)
+
+    @property
+    def inflight_bytes(self) -> int:
+        """Bytes submitted and not yet settled (durable, or given up on); push waits at the budget."""
+        return self._budget.in_flight
+
+    @property
+    def budget(self) -> ByteBudget:
+        return self._budget
 
     # -- counters kept by the supervisor ------------------------------------------------------------
 
@@ -223,6 +234,25 @@ class StreamPool:
         check_lane(self.lane_kind, confirmation)
         if self._schema is None:
             raise RuntimeError(f"{self.table}: ensure_open(schema) must run before the first submit")
+        size = batch.nbytes if nbytes is None else nbytes
+        # Bytes first, then a channel slot: both are the same backpressure point, and the bytes come back
+        # only when the batch settles (``PendingAck.settle``), or here if it never reaches a lane.
+        self._budget.acquire(size)
+        try:
+            return self._submit_within_budget(batch, confirmation, key, future, size, tracker)
+        except BaseException:
+            self._budget.release(size)
+            raise
+
+    def _submit_within_budget(
+        self,
+        batch: pa.RecordBatch,
+        confirmation: Confirmation,
+        key: str | None,
+        future: Future[OffsetRange | None] | None,
+        nbytes: int,
+        tracker: InFlightBatches | None,
+    ) -> Submitted:
         deadline = time.monotonic() + self.config.healthy_member_wait_s
         retry: SubmitRetry | None = None  # built at the first refused submit: the common path never pays
         while True:
@@ -272,8 +302,9 @@ class StreamPool:
                             submitted_at,
                             batch,
                             future,
-                            nbytes=batch.nbytes if nbytes is None else nbytes,
+                            nbytes=nbytes,
                             tracker=tracker,
+                            budget=self._budget,
                         )
                     )
                     return Submitted(member.index, seq, offset)
@@ -480,6 +511,7 @@ class StreamPool:
             with self._cond:
                 self._closed = True
                 self._cond.notify_all()
+            self._budget.close()
             self._supervisor.join(timeout=5)
             for member in self._members:
                 with member.lock:
@@ -510,4 +542,5 @@ class StreamPool:
             last_supervisor_error=supervisor.last_error,
             closed=self._closed,
             now=time.monotonic(),
+            inflight_bytes=self._budget.in_flight,
         )

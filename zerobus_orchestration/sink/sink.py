@@ -402,7 +402,11 @@ class ZerobusSink:
     def _checked(
         self, pieces: Iterable[tuple[pa.RecordBatch, int | None]], in_memory: bool
     ) -> Iterator[tuple[pa.RecordBatch, int | None]]:
-        """Each piece, checked by ``check_input`` and sliced to ``max_batch_rows``."""
+        """Each piece, checked by ``check_input`` and sliced to ``max_batch_rows`` and ``max_batch_bytes``.
+
+        Slices are zero-copy and each keeps its rows' positions, so each is stamped, submitted and
+        recorded in coverage (with its digest) as its own range, as if the caller had sent it alone.
+        """
         if in_memory:
             # Already in memory, so check it whole first (``_deliver`` then prepares it whole too).
             checked: list[tuple[pa.RecordBatch, int | None]] = []
@@ -413,11 +417,25 @@ class ZerobusSink:
         for batch, at in pieces:
             if not in_memory:
                 check_input(self.table, batch, self.offset_column)
-            if self.max_batch_rows is None or batch.num_rows <= self.max_batch_rows:
+            rows = self._slice_rows(batch)
+            if rows >= batch.num_rows:
                 yield batch, at
                 continue
-            for start in range(0, batch.num_rows, self.max_batch_rows):
-                yield batch.slice(start, self.max_batch_rows), None if at is None else at + start
+            for start in range(0, batch.num_rows, rows):
+                yield batch.slice(start, rows), None if at is None else at + start
+
+    def _slice_rows(self, batch: pa.RecordBatch) -> int:
+        """Rows per slice of ``batch``: ``max_batch_rows``, fewer if the batch is over ``max_batch_bytes``.
+
+        Large batches are sliced so no single submit holds more than the SDK takes in one call and the
+        pool's byte budget is given back in small steps (a big batch is not pinned until it all acks).
+        """
+        rows = batch.num_rows if self.max_batch_rows is None else self.max_batch_rows
+        limit = self.pool.config.max_batch_bytes
+        nbytes = batch.nbytes
+        if nbytes > limit and batch.num_rows > 1:
+            rows = min(rows, max(1, batch.num_rows * limit // nbytes))
+        return rows
 
     def _prepare(self, batch: pa.RecordBatch, at: int | None = None) -> _Prepared | None:
         """Stamp and guard one batch (``check_input`` passed it) and claim its row positions.

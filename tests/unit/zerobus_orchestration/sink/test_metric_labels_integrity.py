@@ -14,6 +14,7 @@ from zerobus_orchestration.transport.memory import FaultPlan, MemoryTransport
 PER_STREAM = (
     "zerobus_ack_coalesce_ratio",
     "zerobus_pending_offsets",
+    "zerobus_inflight_bytes",
     "zerobus_delivery_latency_seconds",
     "zerobus_ack_lane_retry_total",
     "zerobus_ack_lane_poisoned_total",

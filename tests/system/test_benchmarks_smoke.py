@@ -1,0 +1,129 @@
+"""The benchmark scripts do not rot: each runs at a tiny size (``--smoke``) and prints the JSON shape the
+docs and reports read. Keys and types only: a smoke run's figures mean nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+NUMBER = (int, float)
+
+
+def run_benchmark(script: str, *args: str) -> dict[str, Any]:
+    # The official SDK tunnels even 127.0.0.1 through *_proxy variables; ZEROBUS_* would reconfigure it.
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower() and not k.startswith("ZEROBUS_")}
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"{script} exited {done.returncode}:\n{done.stderr[-4000:]}"
+    payload: dict[str, Any] = json.loads(done.stdout)
+    return payload
+
+
+def assert_shape(value: Any, shape: Any, where: str) -> None:
+    """``shape``: a type (or tuple of types), or a dict of key -> shape, which must match exactly."""
+    if isinstance(shape, dict):
+        assert isinstance(value, dict), f"{where}: expected an object, got {value!r}"
+        assert set(value) == set(shape), f"{where}: keys {sorted(value)} != {sorted(shape)}"
+        for key, inner in shape.items():
+            assert_shape(value[key], inner, f"{where}.{key}")
+    else:
+        assert _is(value, shape), f"{where}: {value!r} is not {shape}"
+
+
+def _is(value: Any, shape: type | tuple[type, ...]) -> bool:
+    # bool is an int subclass: a flag where a figure belongs (or back) is a shape change.
+    kinds = shape if isinstance(shape, tuple) else (shape,)
+    return bool in kinds if isinstance(value, bool) else isinstance(value, kinds)
+
+
+SPREAD = {"median": NUMBER, "min": NUMBER, "max": NUMBER}
+PATH = {"rows_per_s": SPREAD, "mb_per_s": SPREAD, "cpu_s_per_gb": SPREAD}
+EMULATOR_THROUGHPUT = {
+    "rows": int,
+    "batch_rows": int,
+    "cpus": int,
+    "repetitions": int,
+    "emulator": str,
+    "stamped_bytes": int,
+    "arrow_rows_per_s": NUMBER,
+    "arrow_mb_per_s": NUMBER,
+    "json_rows_per_s": NUMBER,
+    "json_mb_per_s": NUMBER,
+    "json_ingest_rows_per_s": NUMBER,
+    "json_encode_s": NUMBER,
+    "arrow_over_json": NUMBER,
+    "bare": PATH,
+    "sink": PATH,
+    "sink_over_bare": NUMBER,
+    "sink_over_bare_min": NUMBER,
+    "sink_over_bare_max": NUMBER,
+    "client_cpu_per_gb_sink_over_bare": NUMBER,
+    "sink_coverage": bool,
+    "verified": bool,
+}
+PIPELINING_RESULT = {
+    "latency_s": NUMBER,
+    "streams": int,
+    "ack_channel_capacity": int,
+    "sink_batches_per_s": NUMBER,
+    "inline_batches_per_s": NUMBER,
+    "bound_batches_per_s": NUMBER,
+    "fraction_of_bound": NUMBER,
+    "speedup_vs_inline": NUMBER,
+    "speedup_per_stream": NUMBER,
+    "meets_target": (bool, type(None)),
+    "coalesce_ratio_mean": (*NUMBER, type(None)),
+}
+
+
+@pytest.mark.integration
+def test_emulator_throughput_smoke_prints_its_json_shape() -> None:
+    result = run_benchmark("emulator_throughput.py", "--smoke", "--json")
+    assert_shape(result, EMULATOR_THROUGHPUT, "emulator_throughput")
+    assert result["verified"] is True  # every row the bare loops and the sink sent reached Delta
+    assert result["repetitions"] >= 2  # medians over interleaved pairs, not one run
+
+
+def test_pipelining_smoke_prints_its_json_shape() -> None:
+    result = run_benchmark("pipelining.py", "--smoke", "--json")
+    assert_shape(result, {"transport": str, "results": list}, "pipelining")
+    assert len(result["results"]) == 3
+    for i, row in enumerate(result["results"]):
+        assert_shape(row, PIPELINING_RESULT, f"pipelining.results[{i}]")
+
+
+MEMORY = {
+    "gb": NUMBER,
+    "batch_mb": NUMBER,
+    "batches": int,
+    "rows": int,
+    "input_mb": NUMBER,
+    "seconds": NUMBER,
+    "peak_rss_mb": NUMBER,
+    "baseline_rss_mb": NUMBER,
+    "peak_arrow_mb": NUMBER,
+    "max_inflight_bytes": int,
+    "max_batch_bytes": int,
+    "emulator": str,
+    "machine": str,
+}
+
+
+@pytest.mark.integration
+def test_memory_smoke_prints_its_json_shape() -> None:
+    result = run_benchmark("memory.py", "--json", "--gb", "0.005", "--batch-mb", "1")
+    assert_shape(result, MEMORY, "memory")
+    assert result["batches"] == 5  # the generated reader really streamed through the runtime
