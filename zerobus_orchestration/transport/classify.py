@@ -113,22 +113,36 @@ def _is_schema_rejection(exc: BaseException, text: str) -> bool:
     return info is not None and info[0] == "SCHEMA_VALIDATION_FAILED"
 
 
-def _error_info(exc: BaseException) -> tuple[str, dict[str, str]] | None:
-    """(reason, metadata) of the ``google.rpc.ErrorInfo`` in a grpc error's trailing status details."""
+def _status_details(exc: BaseException) -> list[Any]:
+    """The ``google.rpc.Status`` details (``Any`` messages) in a grpc error's trailing metadata.
+
+    A malformed detail must not hide the original error's class: it reads as no details at all.
+    """
     trailing = getattr(exc, "trailing_metadata", None)
     if not callable(trailing):
-        return None
+        return []
     try:
-        from google.rpc import error_details_pb2, status_pb2
+        from google.rpc import status_pb2
 
-        for key, value in trailing() or ():
-            if key != "grpc-status-details-bin":
-                continue
-            status = status_pb2.Status.FromString(value)
-            for detail in status.details:
-                info = error_details_pb2.ErrorInfo()
-                if detail.Unpack(info):
-                    return str(info.reason), {str(k): str(v) for k, v in info.metadata.items()}
+        return [
+            detail
+            for key, value in trailing() or ()
+            if key == "grpc-status-details-bin"
+            for detail in status_pb2.Status.FromString(value).details
+        ]
+    except Exception:
+        return []
+
+
+def _error_info(exc: BaseException) -> tuple[str, dict[str, str]] | None:
+    """(reason, metadata) of the ``google.rpc.ErrorInfo`` in a grpc error's trailing status details."""
+    from google.rpc import error_details_pb2
+
+    try:
+        for detail in _status_details(exc):
+            info = error_details_pb2.ErrorInfo()
+            if detail.Unpack(info):
+                return str(info.reason), {str(k): str(v) for k, v in info.metadata.items()}
     except Exception:  # a malformed detail must not hide the original error's class
         return None
     return None
@@ -167,21 +181,17 @@ def retry_delay_s(exc: BaseException) -> float | None:
 
 
 def _retry_info(exc: BaseException) -> float | None:
-    trailing = getattr(exc, "trailing_metadata", None)
-    if not callable(trailing):
-        return None
-    try:
-        from google.rpc import error_details_pb2, status_pb2
+    """The ``google.rpc.RetryInfo`` delay in a grpc error's trailing status details, in seconds."""
+    from google.rpc import error_details_pb2
 
-        for key, value in trailing() or ():
-            if key != "grpc-status-details-bin":
-                continue
-            for detail in status_pb2.Status.FromString(value).details:
-                info = error_details_pb2.RetryInfo()
-                if detail.Unpack(info):
-                    return float(info.retry_delay.seconds) + float(info.retry_delay.nanos) / 1e9
+    try:
+        for detail in _status_details(exc):
+            info = error_details_pb2.RetryInfo()
+            if detail.Unpack(info):
+                return float(info.retry_delay.seconds) + float(info.retry_delay.nanos) / 1e9
     except Exception:  # a malformed detail is no hint; the caller's own backoff applies
         return None
+    return None
     return None
 
 
