@@ -55,6 +55,19 @@ def run_all(processes: list[multiprocessing.process.BaseProcess]) -> None:
     assert [p.exitcode for p in processes] == [0] * len(processes)
 
 
+def fork_writers_with_own_stores(path: str, workers: int, seed: int) -> None:
+    """Runs in a freshly spawned, single-threaded parent: fork the writers from there.
+
+    Forking the pytest process itself would copy whatever its other threads hold at that instant
+    (earlier tests leave Airflow's execution-API loop and HTTP handler threads behind); a SQLite mutex
+    held by one of them stays locked forever in the child, which then hangs holding the file's write
+    lock. That is a hazard of forking a threaded process, not of the coverage store, which is what this
+    test is about.
+    """
+    ctx = multiprocessing.get_context("fork")
+    run_all([ctx.Process(target=write_with_own_store, args=(path, w, workers, seed)) for w in range(workers)])
+
+
 @pytest.mark.parametrize(
     "ctx", [multiprocessing.get_context("fork"), multiprocessing.get_context("spawn")], ids=["fork", "spawn"]
 )
@@ -63,7 +76,18 @@ def test_processes_writing_at_once_lose_no_range(
 ) -> None:
     path = str(tmp_path / "_zerobus" / "coverage.sqlite")
     workers, seed = 4, 7
-    run_all([ctx.Process(target=write_with_own_store, args=(path, w, workers, seed)) for w in range(workers)])
+    if ctx.get_start_method() == "fork":
+        run_all(
+            [
+                multiprocessing.get_context("spawn").Process(
+                    target=fork_writers_with_own_stores, args=(path, workers, seed)
+                )
+            ]
+        )
+    else:
+        run_all(
+            [ctx.Process(target=write_with_own_store, args=(path, w, workers, seed)) for w in range(workers)]
+        )
     for table in TABLES:
         with CoverageStore(path, table) as store:
             for key in KEYS:
@@ -71,9 +95,8 @@ def test_processes_writing_at_once_lose_no_range(
             assert store.high_water(KEYS[0]) == N
 
 
-def test_store_inherited_through_fork_opens_its_own_connections(tmp_path: Path) -> None:
-    path = tmp_path / "coverage.sqlite"
-    workers, seed = 3, 11
+def fork_writers_with_inherited_store(path: str, workers: int, seed: int) -> None:
+    """In a freshly spawned parent (see ``fork_writers_with_own_stores``): fork while holding a store."""
     with CoverageStore(path, TABLES[0]) as store:
         store.record(KEYS[0], OffsetRange(0, 1))  # the parent holds an open connection across fork
         ctx = multiprocessing.get_context("fork")
@@ -83,4 +106,12 @@ def test_store_inherited_through_fork_opens_its_own_connections(tmp_path: Path) 
                 for w in range(workers)
             ]
         )
+        assert store.ranges(KEYS[0]) == (OffsetRange(0, N),)
+
+
+def test_store_inherited_through_fork_opens_its_own_connections(tmp_path: Path) -> None:
+    path = str(tmp_path / "coverage.sqlite")
+    spawn = multiprocessing.get_context("spawn")
+    run_all([spawn.Process(target=fork_writers_with_inherited_store, args=(path, 3, 11))])
+    with CoverageStore(path, TABLES[0]) as store:
         assert store.ranges(KEYS[0]) == (OffsetRange(0, N),)
