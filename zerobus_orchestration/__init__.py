@@ -34,8 +34,8 @@ if TYPE_CHECKING:
         ZerobusOrchestrationError,
     )
     from zerobus_orchestration.readback import ReadbackOutcome, ReadbackReport, ReadbackStatus
+    from zerobus_orchestration.results import WriteResult
     from zerobus_orchestration.runtime import (
-        WriteResult,
         ZerobusRuntime,
         acquire_runtime,
         release_runtime,
@@ -53,7 +53,7 @@ _EXPORTS: dict[str, str] = {
     "ZerobusRuntime": "zerobus_orchestration.runtime",
     "acquire_runtime": "zerobus_orchestration.runtime",
     "release_runtime": "zerobus_orchestration.runtime",
-    "WriteResult": "zerobus_orchestration.runtime",
+    "WriteResult": "zerobus_orchestration.results",
     "ZerobusSink": "zerobus_orchestration.sink",
     "Receipt": "zerobus_orchestration.sink",
     "CommitInfo": "zerobus_orchestration.sink",

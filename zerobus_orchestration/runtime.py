@@ -21,8 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import pyarrow as pa
 
@@ -43,9 +42,10 @@ from zerobus_orchestration.readback.status import ReadbackOutcome
 from zerobus_orchestration.readback.verify import ReadbackReport
 from zerobus_orchestration.readback_service import ReadbackService
 from zerobus_orchestration.registry import ProcessRegistry
+from zerobus_orchestration.results import RuntimeHealth as RuntimeHealth
+from zerobus_orchestration.results import WriteResult as WriteResult
 from zerobus_orchestration.resume import resume_slices
 from zerobus_orchestration.sink.confirmation import LaneKind
-from zerobus_orchestration.sink.health import PoolHealth
 from zerobus_orchestration.sink.pool import StreamPool
 from zerobus_orchestration.sink.sink import ZerobusSink, is_in_memory
 from zerobus_orchestration.storage import CredentialCache
@@ -61,53 +61,6 @@ ArrowData: TypeAlias = pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterab
 Descriptions: TypeAlias = Mapping[str, str] | ContractDescriptions | None
 
 DEFAULT_SINK_ID = "zerobus-orchestration"
-
-
-@dataclass(frozen=True)
-class WriteResult:
-    """What one ``write`` delivered, measured (never assumed)."""
-
-    table: str
-    source: str
-    partition: str
-    rows_written: int
-    rows_skipped: int
-    bytes_written: int
-    offset_start: int
-    offset_end: int
-    streams_used: int
-    coalesce_ratio_p50: float | None
-    delivery_latency_p50_s: float | None
-    delivery_latency_p99_s: float | None
-    delta_version: int | None
-    duration_s: float
-    rows_possibly_resent: int = 0
-    """Rows the SDK replayed when it reconnected a stream during this write (lack-of-ack timeout,
-    rotation): they may be in the table twice. An upper bound; read-back counts the actual duplicates."""
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class RuntimeHealth:
-    """Every pool's ``PoolHealth``; what Dagster metadata and Airflow task logs render."""
-
-    embedded: bool
-    endpoint: str | None
-    pools: tuple[PoolHealth, ...]
-
-    @property
-    def healthy(self) -> bool:
-        return all(pool.healthy or pool.submitted == 0 for pool in self.pools)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "embedded": self.embedded,
-            "endpoint": self.endpoint,
-            "healthy": self.healthy,
-            "pools": [pool.as_dict() for pool in self.pools],
-        }
 
 
 class ZerobusRuntime:
