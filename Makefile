@@ -8,7 +8,7 @@ PY_DIRS := zerobus_orchestration dagster_defs airflow_provider tests benchmarks 
 LOOPBACK_ENV := env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u grpc_proxy -u GRPC_PROXY \
 	NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost no_grpc_proxy=127.0.0.1,localhost
 
-.PHONY: venv demo test lint typecheck pytest bench proto clean
+.PHONY: venv demo test lint typecheck pytest bench bench-report proto clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ test: lint typecheck pytest
 
 bench: $(STAMP)
 	$(LOOPBACK_ENV) $(BIN)/python benchmarks/pipelining.py
+
+# docs/performance.md and its figures from fresh runs (small sizes: a few minutes; BENCH_REPORT_ARGS=--full
+# for the 5 GB memory runs, --render-only to re-render from docs/performance/*.json).
+bench-report: $(STAMP)
+	$(LOOPBACK_ENV) $(BIN)/python benchmarks/report.py $(BENCH_REPORT_ARGS)
 
 # Regenerate the committed gRPC modules of the local Zerobus emulator from their .proto sources.
 PROTO_DIR := zerobus_orchestration/emulator/proto

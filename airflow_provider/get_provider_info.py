@@ -37,6 +37,9 @@ def get_provider_info() -> dict[str, object]:
         "triggers": [
             {"integration-name": _INTEGRATION, "python-modules": ["airflow_provider.triggers.readback"]}
         ],
+        # The ingest operator's Catalog Explorer link. No "asset-uris": its databricks:// assets use the
+        # Databricks provider's scheme, which that provider registers (Airflow accepts unregistered ones).
+        "extra-links": ["airflow_provider.operators.links.ZerobusTableLink"],
         "connection-types": [
             {
                 "connection-type": "zerobus",

@@ -68,10 +68,10 @@ from zerobus_orchestration.sink.stamping import Stamper
 from zerobus_orchestration.tables import table_uri
 from zerobus_orchestration.transport.sdk import SdkTransport, arrow_stream_options, bypass_proxy_for_loopback
 
-ARROW_TABLE = "bench.default.arrow_path"
-JSON_TABLE = "bench.default.json_path"
-SINK_TABLE = "bench.default.sink_path"
-WARMUP_TABLE = "bench.default.warmup"
+ARROW_TABLE = "main.bench.arrow_path"
+JSON_TABLE = "main.bench.json_path"
+SINK_TABLE = "main.bench.sink_path"
+WARMUP_TABLE = "main.bench.warmup"
 SOURCE = "benchmark"
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 MB = 1_000_000

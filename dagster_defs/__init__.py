@@ -1,4 +1,4 @@
-"""Dagster integration for zerobus-orchestration: resource, IO manager, contract assets, sensor.
+"""Dagster integration for zerobus-orchestration: resource, IO manager, contract assets, sensor, component.
 
 Everything here adapts the orchestrator-neutral runtime (``zerobus_orchestration.runtime``); nothing
 imports ``airflow_provider``.
@@ -15,6 +15,12 @@ from dagster_defs.checks import (
 )
 from dagster_defs.checks import (
     build_readback_check as build_readback_check,
+)
+from dagster_defs.component import (
+    ZerobusColumn as ZerobusColumn,
+)
+from dagster_defs.component import (
+    ZerobusTableComponent as ZerobusTableComponent,
 )
 from dagster_defs.definitions import build_zerobus_definitions as build_zerobus_definitions
 from dagster_defs.handlers import (

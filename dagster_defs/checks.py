@@ -25,7 +25,8 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
-from dagster_defs.metadata import COLUMN_SCHEMA, column_schema_from_arrow, descriptions_from_column_schema
+from dagster_defs.contract_definition import TABLE_KINDS, definition_metadata, with_table_kinds
+from dagster_defs.metadata import COLUMN_SCHEMA, descriptions_from_column_schema
 from dagster_defs.naming import AssetOptions, contract_key_for, table_ref
 from dagster_defs.resource import ZerobusResource
 from dagster_defs.schemas import arrow_schema_from_column_schema, arrow_schema_from_contract
@@ -63,6 +64,24 @@ class ZerobusContract:
     asset: dg.AssetsDefinition
     checks: dg.AssetChecksDefinition | None
     check_keys: tuple[dg.AssetCheckKey, ...] = field(default=())
+    data_metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def kinds(self) -> set[str]:
+        """``{"databricks", "delta"}``: the kinds the catalog UI shows for the table's assets."""
+        return set(TABLE_KINDS)
+
+    def attach(self, data_asset: dg.AssetsDefinition) -> dg.AssetsDefinition:
+        """``data_asset`` declaring this contract (``data_metadata``, kinds), for the catalog UI and for
+        runs without the contract asset; ``build_zerobus_definitions`` applies it to ``tables=``."""
+
+        def _declare(spec: dg.AssetSpec) -> dg.AssetSpec:
+            if spec.key != self.data_key:
+                return spec
+            declared = spec.replace_attributes(metadata={**spec.metadata, **self.data_metadata})
+            return declared.replace_attributes(kinds=with_table_kinds(set(spec.kinds)))
+
+        return data_asset.map_asset_specs(_declare)
 
     @property
     def definitions(self) -> list[dg.AssetsDefinition | dg.AssetChecksDefinition]:
@@ -179,6 +198,17 @@ def _reconcile_metadata(spec: _ContractSpec, outcome: Any) -> dict[str, Any]:
     return metadata
 
 
+def _definition_metadata(spec: _ContractSpec, key: dg.AssetKey) -> dict[str, Any]:
+    return definition_metadata(
+        contract_key=key,
+        table=spec.table,
+        schema=spec.schema,
+        descriptions=spec.descriptions,
+        role=spec.role,
+        tags=spec.tags,
+    )
+
+
 def _build_asset(
     spec: _ContractSpec,
     *,
@@ -190,15 +220,11 @@ def _build_asset(
     @dg.asset(
         key=key,
         group_name=group_name,
-        kinds={"delta"},
+        kinds=set(TABLE_KINDS),
         required_resource_keys={resource_key},
         description=f"Catalog contract of {spec.table} ({spec.role.value}): creates or evolves the table "
         f"before {data_key.to_user_string()} writes to it.",
-        metadata={
-            "dagster/table_name": spec.table,
-            "dagster/column_schema": column_schema_from_arrow(spec.schema, spec.descriptions),
-            "zerobus/role": spec.role.value,
-        },
+        metadata=_definition_metadata(spec, key),
     )
     def _contract(context: dg.AssetExecutionContext) -> dg.MaterializeResult:  # type: ignore[type-arg]
         zerobus: ZerobusResource = getattr(context.resources, resource_key)
@@ -350,6 +376,7 @@ def build_contract_asset(
         asset=asset,
         checks=checks,
         check_keys=check_keys,
+        data_metadata=_definition_metadata(spec, key),
     )
 
 

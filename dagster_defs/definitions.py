@@ -60,6 +60,20 @@ def _require_contract_deps(assets: Sequence[Any], tables: Sequence[ZerobusContra
             )
 
 
+def _declare_contracts(
+    assets: Sequence[dg.AssetsDefinition | dg.AssetSpec], tables: Sequence[ZerobusContract]
+) -> list[dg.AssetsDefinition | dg.AssetSpec]:
+    """Each table's data asset declaring its contract (``ZerobusContract.attach``): the catalog UI shows
+    the table's name, columns and kinds on the data asset, and a run of it alone reconciles from them."""
+    declared: list[dg.AssetsDefinition | dg.AssetSpec] = []
+    for asset in assets:
+        for contract in tables:
+            if isinstance(asset, dg.AssetsDefinition) and contract.data_key in asset.keys:
+                asset = contract.attach(asset)
+        declared.append(asset)
+    return declared
+
+
 def build_zerobus_definitions(
     *,
     assets: Sequence[dg.AssetsDefinition | dg.AssetSpec],
@@ -82,6 +96,9 @@ def build_zerobus_definitions(
     - ``resource``: default ``ZerobusResource()`` (embedded emulator on ./.zerobus/warehouse);
     - ``io_manager``: default ``ZerobusIOManager(zerobus=resource, catalog=catalog, schema=schema)``,
       bound as ``io_manager_key``;
+    - each table's data asset declares its contract (``ZerobusContract.attach``: ``dagster/table_name``,
+      ``dagster/column_schema``, kinds ``databricks`` and ``delta``), so the IO manager reconciles the
+      table from the contract even in a run without the contract asset;
     - a job ``zerobus_job`` selecting every asset, contract and check (blocking checks gate only what is
       selected), running in process by default: one pool per run instead of one per step process;
     - the read-back sensor ``zerobus_readback`` over ``readback_assets`` (default: every asset given);
@@ -93,7 +110,7 @@ def build_zerobus_definitions(
     _require_contract_deps(assets, tables)
     zerobus = resource if resource is not None else ZerobusResource()
     manager = io_manager or ZerobusIOManager(zerobus=zerobus, catalog=catalog, schema=schema)
-    all_assets = [*(c.asset for c in tables), *assets]
+    all_assets = [*(c.asset for c in tables), *_declare_contracts(assets, tables)]
     contract_checks = [c.checks for c in tables if c.checks is not None]
     monitored = list(readback_assets) if readback_assets is not None else _keys_of(assets)
     readback = [build_readback_check(k, name=READBACK_CHECK, resource_key=resource_key) for k in monitored]

@@ -1,24 +1,21 @@
 """Schema drift of an asset's output, judged before anything is sent.
 
-- A table with a contract asset (``build_contract_asset``; found in the run's asset graph as
-  ``<table>__contract`` whether or not it is selected) is the authority: an output column the contract
-  does not declare is refused, naming the column and the contract, before any row is sent. Letting the
-  write add it would break every later contract run (the contract would have to drop the column).
+- A table with a contract (``build_contract_asset``; found in the run's asset graph as
+  ``<table>__contract`` whether or not it is selected, else in the data asset's own definition
+  metadata, ``contract_definition.py``) is the authority: an output column the contract does not
+  declare is refused, naming the column and the contract, before any row is sent. Letting the write
+  add it would break every later contract run (the contract would have to drop the column).
 - Without a contract the table evolves with its outputs (the write's ADD COLUMN), and each added column
   is returned so the IO manager logs it and records it as ``zerobus/schema_changes``.
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import dagster as dg
 import pyarrow as pa
 
-from dagster_defs.metadata import COLUMN_SCHEMA
+from dagster_defs.contract_definition import ContractRef, contract_from_metadata
 from dagster_defs.naming import contract_key_for
-from dagster_defs.schemas import arrow_schema_from_column_schema
-from zerobus_orchestration.config import Role
 from zerobus_orchestration.errors import WriteBoundaryError
 from zerobus_orchestration.reserved import is_reserved
 from zerobus_orchestration.runtime import ZerobusRuntime
@@ -27,37 +24,35 @@ SCHEMA_CHANGES = "zerobus/schema_changes"
 UNDECLARED_COLUMN = "undeclared_column"
 
 
-@dataclass(frozen=True)
-class ContractRef:
-    """The contract asset of a data asset, as its definition declares it."""
-
-    key: dg.AssetKey
-    column_schema: dg.TableSchema
-    role: Role | None
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.column_schema.columns)
-
-    def arrow_schema(self, table: str) -> pa.Schema:
-        return arrow_schema_from_column_schema(self.column_schema, table=table)
-
-
 def contract_of(context: dg.OutputContext | dg.InputContext, key: dg.AssetKey) -> ContractRef | None:
-    """The contract asset of ``key`` in this run's asset graph (selected or not), if there is one."""
+    """The contract of asset ``key``, whether or not its contract asset is in this run.
+
+    The contract asset in this run's asset graph (selected or not, as when the UI materialises the data
+    asset alone) wins; else the data asset's own definition metadata (``ZerobusContract.data_metadata``),
+    which is all ``dg.materialize([data_asset])`` has.
+    """
     try:
         graph = context.step_context.job_def.asset_layer.asset_graph
     except dg.DagsterInvariantViolationError:  # a context built outside a run: no graph to look in
+        graph = None
+    contract_key = contract_key_for(key)
+    if graph is not None and graph.has(contract_key):
+        found = contract_from_metadata(graph.get(contract_key).metadata)
+        if found is not None:
+            return found
+    own = context.definition_metadata if isinstance(context, dg.OutputContext) else None
+    return contract_from_metadata(own)
+
+
+def undeclared_contract(context: dg.OutputContext, key: dg.AssetKey) -> dg.AssetKey | None:
+    """The contract asset key of ``key`` when this run's graph names it (a dependency) but no definition
+    of it is at hand: ``dg.materialize([data_asset])`` of an asset with ``deps=[contract.key]`` only."""
+    try:
+        graph = context.step_context.job_def.asset_layer.asset_graph
+    except dg.DagsterInvariantViolationError:
         return None
     contract_key = contract_key_for(key)
-    if not graph.has(contract_key):
-        return None
-    declared: Any = graph.get(contract_key).metadata.get(COLUMN_SCHEMA)
-    column_schema = declared.schema if isinstance(declared, dg.TableSchemaMetadataValue) else declared
-    if not isinstance(column_schema, dg.TableSchema):
-        return None
-    role = graph.get(contract_key).metadata.get("zerobus/role")
-    return ContractRef(contract_key, column_schema, Role(str(role)) if role else None)
+    return contract_key if graph.has(contract_key) else None
 
 
 def refuse_undeclared(table: str, schema: pa.Schema, contract: ContractRef) -> None:

@@ -21,13 +21,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
+from dagster_defs.contract_definition import ContractRef
 from dagster_defs.drift import (
     SCHEMA_CHANGES,
-    ContractRef,
     added_columns,
     contract_of,
     describe_changes,
     refuse_undeclared,
+    undeclared_contract,
 )
 from dagster_defs.handlers import (
     ArrowTypeHandler,
@@ -82,10 +83,12 @@ class ZerobusIOManager(dg.ConfigurableIOManagerFactory):  # type: ignore[type-ar
     ``zerobus/role`` (``primary_raw`` | ``derived``), ``partition_expr`` (column holding the partition key,
     used to filter partitioned inputs), ``dagster/column_schema`` (column descriptions become comments).
 
-    A table with a contract asset refuses output columns the contract does not declare before anything
-    is sent; without one, columns a write adds are logged and listed as ``zerobus/schema_changes``
-    (``drift.py``). pandas named index levels are written as columns. An empty output still creates the
-    table, and loads as an empty input downstream.
+    A table with a contract is created and evolved from the contract before anything is sent, whether or
+    not the contract asset is in the run (``contract_definition.py``), never from the output's inferred
+    schema, and output columns the contract does not declare are refused; without one, columns a write
+    adds are logged and listed as ``zerobus/schema_changes`` (``drift.py``). pandas named index levels
+    are written as columns. An empty output still creates the table, and loads as an empty input
+    downstream.
     """
 
     zerobus: ZerobusResource = Field(description="The Zerobus resource whose runtime writes and reads.")
@@ -197,15 +200,47 @@ def _drain_quietly(rt: ZerobusRuntime, context: dg.OutputContext) -> None:
         context.log.warning(f"zerobus: draining after a failed write also failed: {exc}")
 
 
-def _create_if_missing(
-    rt: ZerobusRuntime, table: str, schema: pa.Schema, contract: ContractRef | None, role: Role | None
-) -> None:
-    if rt.catalog.describe(table) is not None:
-        return
-    if contract is not None:
-        rt.reconcile(table, contract.arrow_schema(table), role=contract.role or role)
-    else:
+def _create_if_missing(rt: ZerobusRuntime, table: str, schema: pa.Schema, role: Role | None) -> None:
+    if rt.catalog.describe(table) is None:
         rt.reconcile(table, schema, role=role)
+
+
+def _reconcile_from_contract(
+    rt: ZerobusRuntime, table: str, contract: ContractRef, role: Role | None, context: dg.OutputContext
+) -> None:
+    """Create or evolve ``table`` from its contract before any row is sent, so the write never creates it
+    from the output's inferred schema (a nullable key, a narrower decimal) that every later contract run
+    would then refuse. A no-op plan when the contract asset already ran."""
+    outcome = rt.reconcile(
+        table,
+        contract.arrow_schema(table),
+        role=role,
+        descriptions=contract.descriptions or None,
+        tags=contract.tags,
+    )
+    if outcome.applied:
+        context.log.info(
+            f"{table}: reconciled from the contract {contract.key.to_user_string()}: {outcome.plan}"
+        )
+
+
+def _refuse_inferred_creation(
+    rt: ZerobusRuntime, table: str, context: dg.OutputContext, key: dg.AssetKey
+) -> None:
+    """An asset depending on a contract this run cannot see must not create its table by inference."""
+    contract_key = undeclared_contract(context, key)
+    if contract_key is None or rt.catalog.describe(table) is not None:
+        return
+    name = contract_key.to_user_string()
+    raise dg.Failure(
+        description=f"{table} does not exist and {key.to_user_string()} depends on its contract {name}, "
+        "whose definition is not part of this run; nothing was sent, so the table is not created from the "
+        f"output's inferred schema. Materialize {name} first, or declare the asset with the contract's "
+        "definition: @dg.asset(..., metadata=contract.data_metadata, kinds=contract.kinds) or "
+        "contract.attach(asset) (build_zerobus_definitions does this for its tables=)",
+        metadata={"table": table, "contract": name},
+        allow_retries=False,
+    )
 
 
 class ZerobusIO(dg.IOManager):
@@ -253,9 +288,17 @@ class ZerobusIO(dg.IOManager):
         rt = self._zerobus.runtime
         contract = contract_of(context, key)
         changes: list[dict[str, str]] = []
+        role = options.role or self._role
+        if contract is not None:  # the contract's role, and its description where both describe a column
+            role = contract.role or role
+            described = {**descriptions, **contract.descriptions}
+            descriptions = {k: v for k, v in described.items() if k in schema.names}
+        else:
+            _refuse_inferred_creation(rt, ref.full_name, context, key)
         try:
             if contract is not None:
                 refuse_undeclared(ref.full_name, schema, contract)
+                _reconcile_from_contract(rt, ref.full_name, contract, role, context)
             else:
                 changes = added_columns(rt, ref.full_name, schema)
             result = rt.write(
@@ -264,12 +307,12 @@ class ZerobusIO(dg.IOManager):
                 source=source,
                 partition=partition,
                 descriptions=descriptions or None,
-                role=options.role or self._role,
+                role=role,
             )
-            if result.rows_written == 0 and result.rows_skipped == 0:
+            if contract is None and result.rows_written == 0 and result.rows_skipped == 0:
                 # No batch was sent, so the sink never reconciled: an empty first write still creates
-                # the table (from the contract when there is one), so downstream reads find it.
-                _create_if_missing(rt, ref.full_name, schema, contract, options.role or self._role)
+                # the table, so downstream reads find it (a contracted table exists already).
+                _create_if_missing(rt, ref.full_name, schema, role)
         except WriteBoundaryError as exc:
             # Bad input: retrying cannot help. Name table and column in the step failure.
             raise dg.Failure(

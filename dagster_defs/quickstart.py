@@ -1,9 +1,10 @@
 """The Dagster quickstart: synthetic orders (primary raw) and daily totals computed from their read-back.
 
-Shipped in the wheel, so it runs from an installed package as from a checkout::
+Shipped in the wheel, so it runs from an installed package as from a checkout (``dg`` is the
+``dagster-dg-cli`` package)::
 
-    dagster dev -m dagster_defs.quickstart                 # UI on http://127.0.0.1:3000
-    dagster job execute -m dagster_defs.quickstart -j zerobus_job
+    dg dev -m dagster_defs.quickstart                      # UI on http://127.0.0.1:3000
+    dg launch -m dagster_defs.quickstart --job zerobus_job
 
 ``raw/orders`` lands in ``main.raw.orders`` through Zerobus; its contract asset ``raw/orders__contract``
 creates the table with commented columns first, and the blocking primary-raw checks on the contract stop
@@ -59,6 +60,14 @@ ORDERS_DESCRIPTIONS = {
     "currency": "ISO 4217 currency code.",
     "status": "Lifecycle state: placed, paid, shipped or cancelled.",
 }
+DAILY_TOTALS_SCHEMA = pa.schema(
+    [pa.field("day", pa.date32()), pa.field("orders", pa.int64()), pa.field("revenue", pa.float64())]
+)
+DAILY_TOTALS_DESCRIPTIONS = {
+    "day": "Calendar day (UTC) the orders were placed on.",
+    "orders": "Number of orders that day.",
+    "revenue": "Sum of the orders' amounts that day.",
+}
 _STATUSES = pa.array(["placed", "paid", "shipped", "cancelled"])
 _EPOCH_US = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp() * 1_000_000)
 
@@ -104,8 +113,10 @@ orders_contract = build_contract_asset(
     key=ORDERS_KEY,
     deps=[orders_contract.key],
     group_name="quickstart",
-    kinds={"delta"},
-    metadata={"dagster/column_schema": column_schema_from_arrow(ORDERS_SCHEMA, ORDERS_DESCRIPTIONS)},
+    kinds=orders_contract.kinds,
+    # The contract's table name, columns and comments: shown on this asset in the catalog UI, and what
+    # the IO manager creates the table from when this asset runs without its contract asset.
+    metadata=orders_contract.data_metadata,
     description="Synthetic orders streamed into main.raw.orders (primary raw).",
 )
 def orders(config: OrdersConfig) -> pa.RecordBatchReader:
@@ -117,8 +128,12 @@ def orders(config: OrdersConfig) -> pa.RecordBatchReader:
     key=DAILY_TOTALS_KEY,
     ins={"orders": dg.AssetIn(key=ORDERS_KEY)},
     group_name="quickstart",
-    kinds={"delta"},
-    metadata={"zerobus/role": "derived"},
+    kinds={"databricks", "delta"},
+    metadata={
+        "zerobus/role": "derived",
+        "dagster/table_name": "main.analytics.daily_order_totals",
+        "dagster/column_schema": column_schema_from_arrow(DAILY_TOTALS_SCHEMA, DAILY_TOTALS_DESCRIPTIONS),
+    },
     description="Order count and revenue per day, from the orders read back through Iceberg.",
 )
 def daily_order_totals(orders: pa.Table) -> pa.Table:
@@ -129,7 +144,8 @@ def daily_order_totals(orders: pa.Table) -> pa.Table:
             "day": totals["day"],
             "orders": pc.cast(totals["order_id_count"], pa.int64()),
             "revenue": totals["amount_sum"],
-        }
+        },
+        schema=DAILY_TOTALS_SCHEMA,
     ).sort_by("day")
 
 

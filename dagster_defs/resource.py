@@ -166,6 +166,10 @@ class ZerobusResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     # -- lifecycle -------------------------------------------------------------------------------
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        if context.run is None:
+            # A sensor or schedule evaluation, outside any run: read-back there is read-only and needs
+            # no write runtime (no stream pool, no emulator lease); ``runtime`` still acquires lazily.
+            return
         cfg = self.zerobus_config()
         self._runtime = acquire_runtime(cfg)
         self._acquired = cfg

@@ -1,9 +1,11 @@
 """Read-back sensor: confirm through Iceberg that what each materialisation delivered is visible.
 
 Per tick, for every monitored asset, the materialisations after the cursor are taken in order. Each one
-names its coverage (``zerobus/table``, ``zerobus/source``, ``zerobus/partition`` metadata, written by the
-IO manager). One non-blocking ``runtime.verify_readback_once`` per materialisation, whose
-``ReadbackStatus`` (decided in the core, not here) says what to do:
+is the write's own record (``zerobus/table``, ``zerobus/source``, ``zerobus/partition`` and the delivered
+offsets, metadata written by the IO manager), so the sensor verifies those ranges wherever it runs: the
+daemon's pod needs no file of the run worker's. One non-blocking attempt per materialisation through the
+core's read-only ``ReadbackService`` (no write runtime, no stream pool), whose ``ReadbackStatus``
+(decided in the core, not here) says what to do:
 
 - not visible yet (Iceberg metadata lags the Delta commit): the asset's cursor stays where it is, so the
   next tick tries again; the tick returns ``SkipReason`` naming what it waits for;
@@ -23,6 +25,9 @@ IO manager). One non-blocking ``runtime.verify_readback_once`` per materialisati
   does not hold, none after a complete write) instead of appending a second copy; the cursor still
   waits for the rows.
 
+A tick that judged something says what in its skip reason (Dagster shows a tick without runs as
+skipped; "Sensor function returned an empty result" would hide what was verified).
+
 The sensor never raises to retry (a raised tick is a failure and loses nothing but also saves nothing):
 a failed read-back (``UNAVAILABLE`` or ``FAILED``) is reported in the skip reason and retried next tick,
 since the cursor must not move past a write nobody verified; a ``FAILED`` one says a fix is needed.
@@ -30,7 +35,7 @@ since the cursor must not move past a write nobody verified; a ``FAILED`` one sa
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +44,8 @@ import dagster as dg
 from dagster_defs.metadata import KEY_PARTITION, KEY_SOURCE, KEY_TABLE, metadata_value, report_metadata
 from dagster_defs.naming import RESUME_PARTITION_TAG, RESUME_SOURCE_TAG
 from dagster_defs.resource import ZerobusResource
+from zerobus_orchestration.ranges import OffsetRange
+from zerobus_orchestration.readback.record import WriteRecord
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
 
 RECOVERY_TAG = "zerobus/recovery"
@@ -88,13 +95,25 @@ class WriteTarget:
     table: str
     source: str
     partition: str
+    ranges: tuple[OffsetRange, ...] | None = None  # the write's record; None: the core looks elsewhere
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any]) -> "WriteTarget | None":
         values = [metadata_value(metadata, k) for k in (KEY_TABLE, KEY_SOURCE, KEY_PARTITION)]
         if not all(isinstance(v, str) for v in values[:2]) or not isinstance(values[2], str):
             return None  # not written through the Zerobus IO manager (e.g. a contract asset)
-        return cls(str(values[0]), str(values[1]), str(values[2]))
+        summary = {
+            "table": values[0],
+            "source": values[1],
+            "partition": values[2],
+            **{key: metadata_value(metadata, f"zerobus/{key}") for key in _RECORD_KEYS},
+        }
+        record = WriteRecord.from_summary(summary)
+        return cls(str(values[0]), str(values[1]), str(values[2]), None if record is None else record.ranges)
+
+
+# The write summary's keys the IO manager records as ``zerobus/<key>``: what the write delivered.
+_RECORD_KEYS = ("offset_start", "offset_end", "rows_written", "rows_skipped", "delivered_ranges")
 
 
 def recovery_run_key(asset: str, storage_id: int) -> str:
@@ -181,6 +200,7 @@ class TickOutcome:
     events: list[dg.AssetObservation | dg.AssetCheckEvaluation] = field(default_factory=list)
     run_requests: list[dg.RunRequest] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
+    judged: list[str] = field(default_factory=list)  # one line per materialisation judged this tick
 
 
 @dataclass(frozen=True)
@@ -210,19 +230,38 @@ def _events_for(
 
 
 def _attempt(zerobus: ZerobusResource, target: WriteTarget) -> ReadbackOutcome:
-    """One judged read-back attempt; a resource that cannot build its runtime is judged the same way."""
-    try:
-        runtime = zerobus.runtime
-    except Exception as exc:  # judged by the core, reported in the skip reason: never fail the tick
-        from zerobus_orchestration.readback.judge import outcome_of_error
+    """One judged, read-only attempt; a config that builds no read-back service is judged the same way."""
+    from zerobus_orchestration.readback.judge import outcome_of_error
+    from zerobus_orchestration.runtime import readback_service
 
+    try:
+        service = readback_service(zerobus.zerobus_config())
+    except Exception as exc:  # judged by the core, reported in the skip reason: never fail the tick
         return outcome_of_error(exc, target.table)
-    return runtime.verify_readback_once(target.table, source=target.source, partition=target.partition)
+    return service.verify_once(
+        target.table, source=target.source, partition=target.partition, ranges=target.ranges
+    )
+
+
+def _judged_line(name: str, target: WriteTarget, outcome: ReadbackOutcome) -> str:
+    """One skip-reason line for a judged materialisation: what was verified and what it found."""
+    report = outcome.report or {}
+    if outcome.status is ReadbackStatus.VERIFIED:
+        return (
+            f"{name}: verified {report.get('expected_rows', '?')} delivered row(s) of {target.table} "
+            f"(source {target.source!r}, partition {target.partition!r}) through Iceberg, "
+            f"{outcome.duplicate_count} duplicate(s)"
+        )
+    return f"{name}: NOT verified: {outcome.message}"
+
+
+Verify = Callable[[WriteTarget], ReadbackOutcome]
+"""One judged read-back attempt for one materialisation's record (the sensor's: ``_attempt``)."""
 
 
 def evaluate_tick(
     instance: dg.DagsterInstance,
-    zerobus: ZerobusResource,
+    verify: Verify,
     settings: ReadbackSensorSettings,
     cursor: ReadbackCursor,
     *,
@@ -248,7 +287,7 @@ def evaluate_tick(
                 state.verified = record.storage_id
                 continue
             lag_s = max(0.0, at - record.timestamp)
-            outcome = _attempt(zerobus, target)
+            outcome = verify(target)
             if outcome.status is ReadbackStatus.NOTHING_TO_VERIFY:
                 # Coverage precedes the materialisation event (handle_output returns once durable),
                 # so a later tick cannot find more: judge it now and move past it.
@@ -258,6 +297,7 @@ def evaluate_tick(
                 tick.events.extend(
                     _unverifiable_events(key, target, verdict, lag_s, record.storage_id, settings.check_name)
                 )
+                tick.judged.append(f"{name}: {verdict[1]}")
                 state.verified = record.storage_id
                 continue
             if outcome.status in (ReadbackStatus.UNAVAILABLE, ReadbackStatus.FAILED):
@@ -300,6 +340,7 @@ def evaluate_tick(
             tick.events.extend(
                 _events_for(key, target, outcome, lag_s, record.storage_id, settings.check_name)
             )
+            tick.judged.append(_judged_line(name, target, outcome))
             state.verified = record.storage_id
     return tick
 
@@ -351,14 +392,17 @@ def build_readback_sensor(
         for key in keys:  # a fresh entry is not progress: compare like with like
             cursor.of(key.to_user_string())
         before = cursor.dumps()
-        outcome = evaluate_tick(context.instance, zerobus, settings, cursor)
+        outcome = evaluate_tick(context.instance, lambda target: _attempt(zerobus, target), settings, cursor)
         after = cursor.dumps()
         skip = "; ".join(outcome.waiting) if outcome.waiting else "no new Zerobus materialisations"
         if outcome.events or outcome.run_requests:
+            # Without runs Dagster shows the tick as skipped: say what it verified, not "empty result".
+            judged = "; ".join(outcome.judged + outcome.waiting)
             return dg.SensorResult(
                 asset_events=outcome.events,
                 run_requests=outcome.run_requests,
                 cursor=after,
+                skip_reason=None if outcome.run_requests else judged,
             )
         if after != before:
             return dg.SensorResult(skip_reason=skip, cursor=after)

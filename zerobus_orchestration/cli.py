@@ -165,17 +165,33 @@ def serve(
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run the local Zerobus emulator in the foreground; print endpoint, token URL and Iceberg REST URL."""
-    from zerobus_orchestration.embedded import require_emulator
+    """Run the local Zerobus emulator in the foreground; print endpoint, token URL and Iceberg REST URL.
+
+    Its workspace URL is also a local cloud (OIDC, Unity Catalog, SQL statements) for the production
+    configuration; see "Rehearse production locally" in the README.
+    """
+    from zerobus_orchestration.embedded import build_credentials, require_emulator
 
     require_emulator()  # names the extra to install, instead of failing on a missing grpc
     from zerobus_orchestration.emulator.faults import load_faults
     from zerobus_orchestration.emulator.serve import run
+    from zerobus_orchestration.locations import absolute_state_dir, absolute_warehouse
+    from zerobus_orchestration.storage import config_storage_options
 
     ports = {k: v for k, v in {"port": port, "token_port": token_port}.items() if v is not None}
     cfg = resolve_config(config, warehouse, emulator=ports or None)
     armed = [*(load_faults(config) if config else []), *(load_faults(faults) if faults else [])]
-    run(cfg.warehouse, cfg.emulator, armed, as_json=as_json, iceberg=not no_iceberg)
+    run(
+        absolute_warehouse(cfg.warehouse),  # the storage locations it reports must open from anywhere
+        cfg.emulator,
+        armed,
+        as_json=as_json,
+        iceberg=not no_iceberg,
+        storage_options=config_storage_options(cfg) or None,
+        state_dir=absolute_state_dir(cfg),
+        credentials=build_credentials(cfg),
+        catalogs=cfg.catalog.local_catalogs,
+    )
 
 
 @app.command()
@@ -190,6 +206,14 @@ def ingest(
     no_resume: Annotated[
         bool, typer.Option("--no-resume", help="Send every row even if coverage holds it already.")
     ] = False,
+    schema: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--schema",
+            help="Declare a column's type instead of inferring it, COLUMN=TYPE (e.g. 'ts=TIMESTAMP', "
+            "'price=DECIMAL(38,2) NOT NULL'); repeatable. Every file is checked before anything is sent.",
+        ),
+    ] = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
@@ -199,17 +223,18 @@ def ingest(
     Row positions count across all files in sorted path order, so re-running the same command resumes
     after what was already delivered and sends only the rest.
     """
-    from zerobus_orchestration.files import iter_file_batches, resolve_files
+    from zerobus_orchestration.files import declared_columns, iter_file_batches, resolve_files
     from zerobus_orchestration.runtime import acquire_runtime, close_all_runtimes
 
     cfg = resolve_config(config, warehouse)
     write_source = source or ",".join(Path(f).name for f in files)
     try:
         inputs = resolve_files(files)
+        batches = iter_file_batches(inputs, batch_rows=65_536, schema=declared_columns(schema))
         runtime = acquire_runtime(cfg)
         result = runtime.write(
             table,
-            iter_file_batches(inputs, batch_rows=65_536),
+            batches,
             source=write_source,
             partition=partition,
             resume=not no_resume,
@@ -239,26 +264,42 @@ def readback(
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Verify through Iceberg that every covered range is readable; exit 1 if something is missing."""
-    from zerobus_orchestration.runtime import acquire_runtime, close_all_runtimes
+    """Verify through Iceberg that every delivered range is readable; exit 1 if something is missing.
+
+    Read-only: no write runtime. What was delivered comes from this host's coverage cache when it has
+    one, else from the table itself (the Delta log's ``_twg_source``/``_twg_offset``, ``--source``
+    needed): then everything durable in Delta must be visible through Iceberg, with no gap.
+    """
+    from zerobus_orchestration.runtime import close_all_runtimes, readback_service
 
     cfg = resolve_config(config, warehouse)
     try:
-        runtime = acquire_runtime(cfg)
-        report = runtime.verify_readback(
-            table, source=source, partition=partition, wait_s=wait, force=force or None
+        outcome = readback_service(cfg).verify(
+            table, source=source, partition=partition, wait_s=wait, force=force or None, raise_errors=True
         )
     finally:
         close_all_runtimes()
-    summary = report.as_dict()
-    missing = summary.get("missing_ranges", [])
+    summary = {
+        **(outcome.report or {"table": table, "verified": False}),
+        "status": outcome.status.value,
+        "message": outcome.message,
+    }
+    origin = {
+        "write_record": "the write's record",
+        "coverage_cache": "this host's coverage cache",
+        "table_truth": "the table's Delta log (everything durable must be visible, with no gap)",
+    }.get(str(summary.get("expected_from")), "nowhere")
     human = (
-        f"{table}: {'verified' if report.verified else 'NOT verified'}; {report.rows_scanned:,} rows scanned "
-        f"at Delta version {report.iceberg_delta_version}, {len(missing)} missing range(s), "
-        f"{report.duplicate_count} duplicate(s), {report.rows_outside_coverage} row(s) outside coverage"
+        f"{table}: {'verified' if outcome.status.is_successful else 'NOT verified'} "
+        f"({outcome.status.value}); {summary.get('rows_scanned', 0):,} rows scanned at Delta version "
+        f"{summary.get('iceberg_delta_version')}, {len(summary.get('missing_ranges', []))} missing range(s), "
+        f"{summary.get('duplicate_count', 0)} duplicate(s), {summary.get('rows_outside_coverage', 0)} "
+        f"row(s) outside what was delivered; expected ranges from {origin}"
     )
+    if outcome.report is None:
+        human = f"{human}\n{outcome.message}"
     emit(summary, as_json, human)
-    if not report.verified:
+    if not outcome.status.is_successful:
         raise typer.Exit(1)
 
 

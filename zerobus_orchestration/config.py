@@ -62,10 +62,11 @@ class PoolConfig(_Model):
         4096, ge=1, description="Pending acks per stream before push blocks (with max_inflight_bytes)."
     )
     max_inflight_bytes: int = Field(
-        256 * 1024 * 1024,
+        64 * 1024 * 1024,
         ge=1,
         description="Unacknowledged bytes per table's pool before push blocks; bounds client memory "
-        "whatever the batch size. A single larger batch is still sent, alone.",
+        "whatever the batch size (the SDK keeps its own copies of what is in flight, so RSS grows by "
+        "a few times this). A single larger batch is still sent, alone.",
     )
     max_batch_bytes: int = Field(
         8 * 1024 * 1024,
@@ -127,6 +128,12 @@ class CatalogConfig(_Model):
     backend: CatalogBackend = CatalogBackend.LOCAL
     sql_warehouse_id: str | None = Field(None, description="Databricks SQL warehouse running DDL (unity).")
     allow_widening: bool = Field(False, description="Plan lossless type widening instead of refusing it.")
+    local_catalogs: tuple[str, ...] = Field(
+        ("main",),
+        description="backend local: the catalogs that exist (Unity Catalog creates catalogs explicitly; a "
+        "table in another catalog is refused, not created). Environment: ZEROBUS_CATALOG__LOCAL_CATALOGS="
+        "main,dev.",
+    )
     comment_policy: CommentPolicy = CommentPolicy.RESPECT
     precondition_recheck_s: float = Field(
         60.0,
@@ -135,10 +142,31 @@ class CatalogConfig(_Model):
         "(seconds; 0: every batch). Every write re-checks them on its first batch regardless.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _split_local_catalogs(cls, data: Any) -> Any:
+        # An environment variable is one string: "main,dev" lists two catalogs.
+        if isinstance(data, dict) and isinstance(data.get("local_catalogs"), str):
+            names = [n.strip().lower() for n in data["local_catalogs"].split(",") if n.strip()]
+            return {**data, "local_catalogs": tuple(names)}
+        return data
+
 
 class CoverageConfig(_Model):
     location: str | None = Field(
         None, description="SQLite file for coverage; default <state_dir>/coverage.sqlite."
+    )
+    consult_table: bool = Field(
+        True,
+        description="A resume also skips positions the raw table shows delivered (read from its Delta log).",
+    )
+    catch_up_settle_s: float = Field(
+        2.0,
+        ge=0,
+        description="A resume that reads the table waits until what it shows is unchanged this long.",
+    )
+    catch_up_max_s: float = Field(
+        30.0, ge=0, description="Longest a resume waits for the table to catch up with acknowledged rows."
     )
 
 

@@ -25,6 +25,8 @@ import pyarrow.compute as pc
 
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 
+_TRANSIENT = pa.system_memory_pool()
+
 ALGORITHM = "sha256/arrow-ipc-v1"
 """Stored with every digest: a later release that hashes differently must not compare against it."""
 
@@ -65,14 +67,16 @@ def rows_digest(
     if batch.num_rows:
         # A fresh concatenation has offset 0 and exactly sized buffers: the IPC body of a sliced batch
         # would carry the parent's bytes past the slice, so equal rows could hash differently.
+        # Both copies are transient: from the system allocator, since Arrow's default pool keeps freed
+        # blocks resident (client RSS, benchmarks/memory.py).
         fresh = pa.RecordBatch.from_arrays(columns, names=names)
-        batch = pa.concat_batches([fresh, fresh.slice(0, 0)])
+        batch = pa.concat_batches([fresh, fresh.slice(0, 0)], memory_pool=_TRANSIENT)
     # SHA-256 over BLAKE2: CPUs with SHA extensions hash it 2-3x faster here, and this runs per batch.
     hasher = hashlib.sha256()
     hasher.update(header.encode("utf-8"))
     hasher.update(str(batch.num_rows).encode("ascii"))
     if batch.num_rows:
-        hasher.update(batch.serialize())
+        hasher.update(batch.serialize(memory_pool=_TRANSIENT))
     return hasher.digest()
 
 

@@ -86,6 +86,43 @@ def start_emulator(config: ZerobusConfig, credentials: CredentialCache | None = 
     return start_in_process(config, credentials)
 
 
+def readback_emulator(config: ZerobusConfig) -> EmulatorHandle:
+    """The emulator a read-only verifier reads through (its Iceberg REST facade), without a lease.
+
+    Only an emulator serves the embedded Iceberg endpoint and commits acknowledged rows from its
+    write-ahead log to Delta, so read-back needs one. Daemon mode: the warehouse's shared daemon,
+    started only when none serves; the handle holds no lease, so the daemon still idles out between
+    sensor ticks, and the handle's next use finds or starts its successor. In-process mode: one in
+    this process (the caller stops it); that mode keeps one process per warehouse.
+    """
+    require_emulator()
+    if config.emulator.mode == "daemon":
+        from zerobus_orchestration.emulator.advert import Advertisement
+        from zerobus_orchestration.emulator.daemon import daemon_paths
+        from zerobus_orchestration.emulator.handle import RemoteEmulator
+        from zerobus_orchestration.emulator.launcher import find_or_start
+        from zerobus_orchestration.emulator.private import with_warehouse_secret
+
+        local = with_warehouse_secret(config)
+        paths = daemon_paths(local)
+        advert = find_or_start(local, paths, entry_module=__name__)
+
+        def relaunch(dead: Advertisement) -> Advertisement:
+            return find_or_start(local, paths, replacing=dead, entry_module=__name__)
+
+        return RemoteEmulator(
+            advert,
+            client_id=local.emulator.client_id,
+            client_secret=local.emulator.client_secret,
+            relaunch=relaunch,
+            advert_path=paths.advert,
+            watch=False,
+        )
+    from zerobus_orchestration.emulator.start import start_emulator as start_in_process
+
+    return start_in_process(config, build_credentials(config))
+
+
 def build_transport(config: ZerobusConfig, emulator: EmulatorHandle | None) -> Transport:
     """The SDK transport: to ``emulator`` with the warehouse's client secret, else to Databricks."""
     from zerobus_orchestration.transport.sdk import SdkTransport

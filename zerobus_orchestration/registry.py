@@ -77,6 +77,12 @@ class ProcessRegistry(Generic[T]):
                 instance, count = entry
                 self._entries[key] = (instance, max(0, count - 1))
 
+    def discard(self, config: ZerobusConfig) -> T | None:
+        """Forget this process's instance for ``config`` and return it (the caller closes it)."""
+        with self._lock:
+            entry = self._entries.pop((os.getpid(), config.config_hash()), None)
+        return None if entry is None else entry[0]
+
     def close_all(self) -> None:
         """Close every instance of this process. Idempotent; safe at exit."""
         pid = os.getpid()

@@ -32,6 +32,11 @@ class WriteResult:
     rows_possibly_resent: int = 0
     """Rows the SDK replayed when it reconnected a stream during this write (lack-of-ack timeout,
     rotation): they may be in the table twice. An upper bound; read-back counts the actual duplicates."""
+    rows_resent_after_crash: int = 0
+    """Rows a resumed write sent at positions an earlier attempt had already reached (below the highest
+    position the coverage cache or the table showed delivered): holes an interrupted try left. They were
+    neither recorded nor visible when this write looked, so they are normally not durable; one that was
+    durable but not yet visible is in the table twice. An upper bound; read-back counts the duplicates."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -44,6 +49,8 @@ class RuntimeHealth:
     embedded: bool
     endpoint: str | None
     pools: tuple[PoolHealth, ...]
+    rows_resent_after_crash: int = 0
+    """Over every write of this runtime: see ``WriteResult.rows_resent_after_crash``."""
 
     @property
     def healthy(self) -> bool:
@@ -54,5 +61,6 @@ class RuntimeHealth:
             "embedded": self.embedded,
             "endpoint": self.endpoint,
             "healthy": self.healthy,
+            "rows_resent_after_crash": self.rows_resent_after_crash,
             "pools": [pool.as_dict() for pool in self.pools],
         }

@@ -190,6 +190,31 @@ def mismatch_error(
     )
 
 
+class CoveredIndex(_Covered):
+    """Normalised ranges with a bisect index, built once for many ``without`` calls."""
+
+
+def without(
+    piece: ResumeSlice,
+    index: CoveredIndex,
+    *,
+    offset_column: str | None = None,
+    table: str | None = None,
+) -> Iterator[ResumeSlice]:
+    """The parts of one slice whose positions ``index`` lacks (a second skip after the cache's)."""
+    if not index.spans:
+        yield piece
+        return
+    batch = piece.batch
+    if offset_column is None:
+        start, end = piece.start_offset, piece.start_offset + batch.num_rows
+        for gap in intervals.gaps_between(index.overlapping(start, end), start, end):
+            yield ResumeSlice(gap.start, batch.slice(gap.start - start, len(gap)))
+        return
+    if batch.num_rows:
+        yield from _uncovered_by_offset(index, batch, _offsets(batch, offset_column, table))
+
+
 def _where(table: str | None, source: str | None, partition: str) -> str:
     parts = [] if table is None else [f"table {table}"]
     if source is not None:

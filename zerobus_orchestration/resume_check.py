@@ -87,9 +87,9 @@ class ContentChecker:
         unvouched = _minus(intervals.merge(covered), vouched)
         if unvouched:
             log.warning(
-                "%s: %d delivered position(s) (first [%d, %d)) have no content digest (recorded by an older "
-                "release, or not hashable): resuming skips them without checking the input still holds "
-                "the delivered rows there",
+                "%s: %d delivered position(s) (first [%d, %d)) have no content digest (learnt from the "
+                "table, recorded by an older release, or not hashable): resuming skips them without checking "
+                "the input still holds the delivered rows there",
                 where,
                 intervals.covered_count(unvouched),
                 unvouched[0].start,

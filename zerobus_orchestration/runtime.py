@@ -45,6 +45,7 @@ from zerobus_orchestration.registry import ProcessRegistry
 from zerobus_orchestration.results import RuntimeHealth as RuntimeHealth
 from zerobus_orchestration.results import WriteResult as WriteResult
 from zerobus_orchestration.resume import resume_slices
+from zerobus_orchestration.resume_truth import TruthSkip, learn_from_table
 from zerobus_orchestration.sink.confirmation import LaneKind
 from zerobus_orchestration.sink.pool import StreamPool
 from zerobus_orchestration.sink.sink import ZerobusSink, is_in_memory
@@ -82,6 +83,7 @@ class ZerobusRuntime:
         self._lock = threading.Lock()
         self._pools: dict[tuple[str, LaneKind], StreamPool] = {}
         self._coverage: dict[str, CoverageStore] = {}
+        self._rows_resent_after_crash = 0  # over every write of this runtime, for ``health()``
         self._closed = False
         log.info("zerobus runtime starting with %s", config.effective_config())
         if not config.embedded and not config.coverage.location and not config.state_dir:
@@ -235,18 +237,39 @@ class ZerobusRuntime:
         resent_before = sink.pool.rows_possibly_resent  # the pool outlives writes: count this one's only
         covered = self.covered(name, source=source, partition=partition) if resume else ()
         skipped = 0
-        if covered:
+        resent_after_crash = 0
+        if resume:
             counted = _RowCounter(_batches(data))
             key = CoverageKey(DEFAULT_SINK_ID, source_tag(source, partition), partition)
             # The recorded content digests let the resume refuse, before sending, an input that changed.
-            pieces = resume_slices(
+            cached = resume_slices(
                 covered,
                 counted,
                 offset_column=offset_column,
                 table=name,
-                digests=self.coverage(name).digests(key),
+                digests=self.coverage(name).digests(key) if covered else (),
                 source=source,
                 partition=partition,
+            )
+            # Then what the table itself shows delivered; read only if a row the cache lacks comes up.
+            pieces = TruthSkip(
+                cached,
+                lambda: learn_from_table(
+                    self.catalog,
+                    self.config,
+                    key,
+                    table=name,
+                    source=source,
+                    cached=covered,
+                    cache=self.coverage(name),
+                    commit=None if self.emulator is None else self.emulator.materialize_now,
+                    # An in-process emulator is the only one serving this warehouse and commits all it
+                    # acknowledged on request: nothing more can arrive, no settle period to wait out.
+                    settle=not (self.emulator is not None and self.config.emulator.mode == "in_process"),
+                ),
+                cached=covered,
+                offset_column=offset_column,
+                table=name,
             )
             # In-memory input is checked whole before anything is sent, resumed or not (see ``push``).
             sink.push_positioned(
@@ -254,13 +277,26 @@ class ZerobusRuntime:
                 whole=is_in_memory(data),
             )
             skipped = counted.rows - sink.finish()[0].rows
-            log.info("%s: resumed %s %r, skipped %d delivered row(s)", name, source, partition, skipped)
+            resent_after_crash = pieces.rows_resent
+            if skipped or resent_after_crash:
+                log.info(
+                    "%s: resumed %s %r, skipped %d delivered row(s) (%d on the table's word), re-sent %d "
+                    "at positions an earlier attempt had reached",
+                    name,
+                    source,
+                    partition,
+                    skipped,
+                    pieces.rows_skipped,
+                    resent_after_crash,
+                )
         else:
             sink.push(data)
         sink.flush()  # the durability barrier: every confirmation has fired once this returns
         info, span = sink.finish()
         health = sink.health()
         resent = sink.pool.rows_possibly_resent - resent_before
+        with self._lock:
+            self._rows_resent_after_crash += resent_after_crash
         if resent:
             log.warning(
                 "%s: the write succeeded, but the SDK reconnected stream(s) during it and re-sent up to %d "
@@ -285,6 +321,7 @@ class ZerobusRuntime:
             delta_version=self.delta_version(name),
             duration_s=time.monotonic() - started,
             rows_possibly_resent=resent,
+            rows_resent_after_crash=resent_after_crash,
         )
 
     def delta_version(self, table: str) -> int | None:
@@ -341,6 +378,7 @@ class ZerobusRuntime:
             embedded=self.embedded,
             endpoint=getattr(self.transport, "endpoint", None),
             pools=tuple(pool.health() for pool in pools),
+            rows_resent_after_crash=self._rows_resent_after_crash,
         )
 
     def flush(self, timeout: float | None = None) -> None:
@@ -458,6 +496,12 @@ _RUNTIMES: ProcessRegistry[ZerobusRuntime] = ProcessRegistry(ZerobusRuntime, wha
 
 def acquire_runtime(config: ZerobusConfig) -> ZerobusRuntime:
     """This process's runtime for ``config``, created on first use; refcounted."""
+    if _RUNTIMES.running(config) is None:
+        # A verifier's in-process emulator would hold the warehouse the runtime's emulator needs; the
+        # runtime's own read-back service takes over (see ``readback_service``).
+        standalone = _READBACKS.discard(config)
+        if standalone is not None:
+            standalone.close()
     return _RUNTIMES.acquire(config)
 
 
@@ -472,5 +516,27 @@ def release_runtime(config: ZerobusConfig) -> None:
 
 
 def close_all_runtimes() -> None:
-    """Drain and close every runtime of this process. Idempotent; safe at exit."""
+    """Drain and close every runtime (and read-back service) of this process. Idempotent; safe at exit."""
     _RUNTIMES.close_all()
+    _READBACKS.close_all()
+
+
+# -- read-back without a write runtime ----------------------------------------------------------------
+
+_READBACKS: ProcessRegistry[ReadbackService] = ProcessRegistry(
+    ReadbackService.from_config, what="zerobus read-back service"
+)
+
+
+def readback_service(config: ZerobusConfig) -> ReadbackService:
+    """The read-only read-back of ``config`` for this process (sensor ticks, trigger polls, the CLI).
+
+    A runtime this process already runs lends its own (its emulator, no second one); otherwise a
+    standalone ``ReadbackService`` built from the config alone (no stream pool, no transport), kept
+    for the process so ticks and polls reuse its catalog client and Iceberg endpoint. Never close it:
+    ``close_all_runtimes`` and the exit hooks do.
+    """
+    running = running_runtime(config)
+    if running is not None:
+        return running.readbacks
+    return _READBACKS.acquire(config)

@@ -126,7 +126,13 @@ def arrow_storage_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_interval(t):
         raise _unsupported(t, "split it into int64 month/day/nanosecond columns")
     if pa.types.is_null(t):
-        raise _unsupported(t, "give the column a concrete type (Iceberg V2 has no null type)")
+        # Typically inferred from rows that are all NULL (a SQL column's first rows, an empty CSV column).
+        raise _unsupported(
+            t,
+            "give the column a concrete type (Iceberg V2 has no null type): declare it, e.g. "
+            "schema={'<column>': 'BIGINT'} on a SQL or file source or --schema <column>=BIGINT on the CLI, "
+            "or cast it before writing",
+        )
     if _is_list_like(t):
         item = t.value_field
         return pa.list_(pa.field("element", arrow_storage_type(item.type), nullable=item.nullable))
@@ -320,6 +326,22 @@ def _json_of_storage(t: pa.DataType) -> str | dict[str, Any]:
 
 
 # --- widening ----------------------------------------------------------------------------------------
+
+MAX_DECIMAL_PRECISION: Final = 38
+"""Delta's and Iceberg V2's largest decimal precision; what an inferred decimal column is created with."""
+
+
+def roomy_decimal(t: pa.DataType) -> pa.DataType:
+    """``DECIMAL(38, s)`` for a decimal storage type (same scale), any other type unchanged.
+
+    A decimal inferred from values (``pa.array`` of Python ``Decimal`` objects, pandas object columns)
+    gets the least precision the first rows needed; a table created with it would refuse the next run's
+    larger values. Precision 38 at the same scale holds every such value, and the write guard casts a
+    narrower decimal into it losslessly.
+    """
+    if pa.types.is_decimal(t) and t.precision < MAX_DECIMAL_PRECISION:
+        return pa.decimal128(MAX_DECIMAL_PRECISION, t.scale)
+    return t
 
 
 def _int_range(t: pa.DataType) -> tuple[int, int]:

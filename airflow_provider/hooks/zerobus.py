@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from zerobus_orchestration.catalog.base import ReconcileOutcome
     from zerobus_orchestration.catalog.plan import ReconcilePlan
     from zerobus_orchestration.config import Role, ZerobusConfig
+    from zerobus_orchestration.ranges import OffsetRange
     from zerobus_orchestration.readback.status import ReadbackOutcome
     from zerobus_orchestration.runtime import WriteResult, ZerobusRuntime
 
@@ -167,19 +168,34 @@ class ZerobusHook(BaseHook):
         )
 
     def verify_readback_once(
-        self, table: str, *, source: str | None = None, partition: str | None = None
+        self,
+        table: str,
+        *,
+        source: str | None = None,
+        partition: str | None = None,
+        ranges: Sequence[OffsetRange] | None = None,
     ) -> ReadbackOutcome:
-        """One non-blocking, judged read-back attempt; its status says whether to keep waiting."""
+        """One non-blocking, judged, read-only read-back attempt; its status says whether to keep waiting.
+
+        Goes through the core's ``ReadbackService`` (catalog and Iceberg only): no write runtime, no
+        stream pool. ``ranges``: what the ingest recorded as delivered (its XCom).
+        """
         from zerobus_orchestration.readback.judge import outcome_of_error
+        from zerobus_orchestration.runtime import readback_service
 
         try:
-            runtime = self.get_conn()
-        except Exception as exc:  # a connection that builds no runtime is judged like any failed attempt
+            service = readback_service(self.get_config())
+        except Exception as exc:  # a connection that builds no service is judged like any failed attempt
             return outcome_of_error(exc, table)
-        return runtime.verify_readback_once(table, source=source, partition=partition)
+        return service.verify_once(table, source=source, partition=partition, ranges=ranges)
 
     async def averify_readback_once(
-        self, table: str, *, source: str | None = None, partition: str | None = None
+        self,
+        table: str,
+        *,
+        source: str | None = None,
+        partition: str | None = None,
+        ranges: Sequence[OffsetRange] | None = None,
     ) -> ReadbackOutcome:
         """``verify_readback_once`` for triggers: the connection is read asynchronously, pyiceberg in a
         thread."""
@@ -189,7 +205,9 @@ class ZerobusHook(BaseHook):
             from zerobus_orchestration.readback.judge import outcome_of_error
 
             return outcome_of_error(exc, table)
-        return await asyncio.to_thread(self.verify_readback_once, table, source=source, partition=partition)
+        return await asyncio.to_thread(
+            self.verify_readback_once, table, source=source, partition=partition, ranges=ranges
+        )
 
     def health(self) -> dict[str, Any]:
         """The runtime's health snapshot as plain data (pool liveness, backpressure, totals, latencies)."""

@@ -8,6 +8,7 @@ from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider.hooks.zerobus import ZerobusHook
 from airflow_provider.utils.observability import log_sink_report
@@ -53,11 +54,38 @@ def drain_report_release(
     return summary
 
 
+# Arguments the operator itself passes to the hook: given again in ``hook_params`` they would conflict.
+_OPERATOR_HOOK_ARGS = ("zerobus_conn_id", "config_overrides")
+
+
+def build_hook(
+    task_id: str, zerobus_conn_id: str, config_overrides: Mapping[str, Any], hook_params: Mapping[str, Any]
+) -> ZerobusHook:
+    """``ZerobusHook(**hook_params)`` plus the operator's own connection and overrides, or a clear error."""
+    clash = sorted(set(hook_params) & set(_OPERATOR_HOOK_ARGS))
+    if clash:
+        raise AirflowFailException(
+            f"{task_id}: hook_params sets {', '.join(clash)}, which the operator passes to the hook itself; "
+            f"give {' / '.join(f'{name}=' for name in clash)} to the operator instead"
+        )
+    try:
+        return ZerobusHook(
+            zerobus_conn_id=zerobus_conn_id, config_overrides=dict(config_overrides), **hook_params
+        )
+    except TypeError as exc:
+        raise AirflowFailException(
+            f"{task_id}: hook_params {sorted(hook_params)} are not ZerobusHook arguments ({exc}); "
+            "remove them, or put zerobus settings in config_overrides"
+        ) from None
+
+
 class ZerobusBaseOperator(BaseOperator):
-    """Holds ``zerobus_conn_id`` / ``config_overrides``; no I/O until ``execute``.
+    """Holds ``zerobus_conn_id`` / ``config_overrides`` / ``hook_params``; no I/O until ``execute``.
 
     :param zerobus_conn_id: the ``zerobus`` connection (default ``zerobus_default``).
     :param config_overrides: nested ``ZerobusConfig`` settings applied over the connection's.
+    :param hook_params: extra keyword arguments for the ``ZerobusHook`` constructor, like common-sql
+        operators' ``hook_params`` (templated).
     """
 
     def __init__(
@@ -65,15 +93,17 @@ class ZerobusBaseOperator(BaseOperator):
         *,
         zerobus_conn_id: str = ZerobusHook.default_conn_name,
         config_overrides: Mapping[str, Any] | None = None,
+        hook_params: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.zerobus_conn_id = zerobus_conn_id
         self.config_overrides = dict(config_overrides or {})
+        self.hook_params = dict(hook_params or {})
 
     @cached_property
     def hook(self) -> ZerobusHook:
-        return ZerobusHook(zerobus_conn_id=self.zerobus_conn_id, config_overrides=self.config_overrides)
+        return build_hook(self.task_id, self.zerobus_conn_id, self.config_overrides, self.hook_params)
 
     def report_and_release(
         self, result: Mapping[str, Any] | None = None, tables: Sequence[str] = ()
@@ -82,6 +112,8 @@ class ZerobusBaseOperator(BaseOperator):
 
         ``tables`` narrows the metric summary to this task's pools; the health line shows them all.
         """
+        if "hook" not in self.__dict__:  # never built (e.g. refused hook_params): nothing was acquired
+            return None
         return drain_report_release(self.hook, self.log, result, tables=tables, task=self.task_id)
 
     def on_kill(self) -> None:

@@ -53,6 +53,7 @@ class ZerobusReconcileOperator(ZerobusBaseOperator):
         "role",
         "zerobus_conn_id",
         "config_overrides",
+        "hook_params",
     )
     template_fields_renderers = {"schema": "json", "descriptions": "json"}
     ui_color = "#fdf3e8"
@@ -117,7 +118,7 @@ class ZerobusPrimaryRawCheckOperator(ZerobusBaseOperator):
     listed in the failure. XCom gets ``{table, conditions: [{name, ok, detail}]}``.
     """
 
-    template_fields: Sequence[str] = ("table", "zerobus_conn_id", "config_overrides")
+    template_fields: Sequence[str] = ("table", "zerobus_conn_id", "config_overrides", "hook_params")
     ui_color = "#fdf3e8"
 
     def __init__(self, *, table: str, **kwargs: Any) -> None:

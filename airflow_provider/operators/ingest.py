@@ -6,17 +6,33 @@ after the last batch is durable. Writes are keyed in coverage by ``source=<dag_i
 ``partition=<run_id>/<map_index>``: a retried try of the same task instance skips the row positions an
 earlier try already delivered, so retries do not duplicate as long as the source yields the same rows
 in the same order (sorted globs; give SQL an ORDER BY).
+
+Ecosystem: the task's outlets carry an ``AssetAlias`` (``zerobus:<table>``) to which ``execute`` attaches
+the table's asset ``databricks://<host>/<catalog>/<schema>/<table>`` once the connection is read, so DAGs
+scheduled on that asset run after each successful ingest; the "Databricks table" extra link opens the
+table in Catalog Explorer; ``get_openlineage_facets_on_complete`` reports the files or SQL tables read
+and the table written, with its schema (``airflow_provider.utils.lineage`` names them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseHook, Context, XComArg
+from airflow.sdk import Asset, AssetAlias, BaseHook, Context, XComArg
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_provider.operators.base import ZerobusBaseOperator, coverage_keys_from_context
+from airflow_provider.operators.links import ZerobusTableLink
+from airflow_provider.utils.lineage import (
+    SchemaTap,
+    TableIdentity,
+    WriteLineage,
+    alias_name,
+    asset_event_extra,
+    file_dataset,
+    table_identity,
+)
 from airflow_provider.utils.observability import redact
 from zerobus_orchestration.config import Role
 from zerobus_orchestration.errors import (
@@ -68,7 +84,8 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
     :param file_format: ``parquet``, ``arrow`` or ``csv``; inferred from the file suffix when unset.
     :param parameters: bind parameters for ``sql``.
     :param schema: ``pyarrow.Schema`` or ``{column: "arrow type"}``: reconciled before the first row
-        is sent when ``reconcile_first``, and pins SQL column types.
+        is sent when ``reconcile_first``, and pins SQL and file column types (CSV is parsed with them;
+        every file is checked against them before anything is sent).
     :param descriptions: column comments ``{column: text}`` managed on the table.
     :param role: ``primary_raw`` or ``derived``; the connection's default when unset.
     :param reconcile_first: plan and apply the table change before pushing (fails the task on a
@@ -79,6 +96,12 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         they may hold driver classes).
     :param allow_empty: skip the task (instead of failing) when a glob matches no files.
     :param resume: skip rows an earlier try of this task instance already delivered.
+    :param sql_hook_params: keyword arguments for the ``sql_conn_id`` hook's constructor, like
+        common-sql's ``hook_params`` (e.g. ``{"schema": "sales"}``); ``hook_params`` goes to the
+        ``ZerobusHook``.
+    :param table_asset: add the ``AssetAlias`` ``zerobus:<table>`` to ``outlets`` and attach the table's
+        asset (``databricks://<host>/<catalog>/<schema>/<table>``, host ``localhost`` embedded) to it on
+        success, so DAGs scheduled on that asset run after the ingest. ``outlets`` given here are kept.
     """
 
     template_fields: Sequence[str] = (
@@ -93,10 +116,19 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         "role",
         "zerobus_conn_id",
         "config_overrides",
+        "hook_params",
+        "sql_hook_params",
     )
     template_ext: Sequence[str] = (".sql",)
-    template_fields_renderers = {"sql": "sql", "parameters": "json", "descriptions": "json"}
+    template_fields_renderers = {
+        "sql": "sql",
+        "parameters": "json",
+        "descriptions": "json",
+        "hook_params": "json",
+        "sql_hook_params": "json",
+    }
     ui_color = "#e8f4fd"
+    operator_extra_links = (ZerobusTableLink(),)
 
     def __init__(
         self,
@@ -116,6 +148,8 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         cursor_kwargs: Mapping[str, Any] | None = None,
         allow_empty: bool = False,
         resume: bool = True,
+        sql_hook_params: Mapping[str, Any] | None = None,
+        table_asset: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -142,6 +176,17 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         self.cursor_kwargs = dict(cursor_kwargs or {})
         self.allow_empty = allow_empty
         self.resume = resume
+        self.sql_hook_params = dict(sql_hook_params or {})
+        self.table_asset = table_asset
+        # The workspace host is in the connection, read only in execute: the alias is declared now
+        # (outlets must be known when the DAG is parsed) and resolved to the table's asset then. Named
+        # from the unrendered table, so a templated table keeps one alias across runs.
+        self.table_alias = alias_name(table)
+        if table_asset:
+            self.outlets = [*self.outlets, AssetAlias(name=self.table_alias)]
+        # Set by execute, read by the extra link (finalize) and the OpenLineage listener in this process.
+        self.table_url: str | None = None
+        self.lineage = WriteLineage()
 
     # --- sources ------------------------------------------------------------------------------------
 
@@ -149,7 +194,9 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         from airflow.providers.common.sql.hooks.sql import DbApiHook
 
         assert self.sql_conn_id is not None
-        hook = BaseHook.get_connection(self.sql_conn_id).get_hook()  # type: ignore[no-untyped-call]
+        hook = BaseHook.get_connection(self.sql_conn_id).get_hook(  # type: ignore[no-untyped-call]
+            hook_params=self.sql_hook_params
+        )
         if not isinstance(hook, DbApiHook):
             raise AirflowFailException(
                 f"{self.task_id}: connection {self.sql_conn_id!r} gives {type(hook).__name__}, not a "
@@ -183,7 +230,8 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
                 raise AirflowSkipException(message)
             raise AirflowFailException(f"{message}; check the path or set allow_empty=True")
         self.log.info("ingesting %d %s file(s) into %s", len(files.paths), files.format.value, self.table)
-        return iter_file_batches(files, self.batch_rows)
+        self.lineage.inputs = [file_dataset(path) for path in files.paths]
+        return iter_file_batches(files, self.batch_rows, schema=target_schema)  # every file checked first
 
     def _reconcile_first(
         self, batches: Iterator[pa.RecordBatch], schema: pa.Schema | None
@@ -220,16 +268,24 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         source, partition = coverage_keys_from_context(context, self)
         summary: dict[str, Any] | None = None
+        self.lineage = WriteLineage(descriptions=dict(self.descriptions or {}))
+        opened: list[Iterator[pa.RecordBatch]] = []  # the input and its wrappers, closed in ``finally``
         try:
+            identity = table_identity(self.hook.get_config(), self.table)
+            self.lineage.output, self.table_url = identity, identity.explorer_url
             target_schema = (
                 arrow_schema_of_text(self.schema, table=self.table) if self.schema is not None else None
             )
+            self.lineage.schema = target_schema
             batches = self._batches(target_schema)
+            opened.append(batches)
             if self.reconcile_first:
                 batches = self._reconcile_first(batches, target_schema)
+                opened.append(batches)
+            tap = SchemaTap(batches)
             result = self.hook.write(
                 self.table,
-                batches,
+                tap,
                 source=source,
                 partition=partition,
                 descriptions=self.descriptions,
@@ -239,6 +295,9 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
             raw = result.as_dict()
             summary = {key: raw[key] for key in SUMMARY_KEYS if key in raw}
             summary.update(source=source, partition=partition)
+            self.lineage.schema = tap.schema or target_schema
+            self.lineage.rows_written, self.lineage.bytes_written = result.rows_written, result.bytes_written
+            self._emit_table_asset(context, identity, summary)
             self.log.info(
                 "%s: %s rows written, %s skipped (already delivered by an earlier try), Delta version %s",
                 self.table,
@@ -251,8 +310,35 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
             # would lose rows): a retry sends the same data and fails the same way.
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc
         finally:
+            # A failed write leaves the source half read: close it here, on this thread, so a SQL
+            # cursor is not closed later by the garbage collector on whichever thread runs it (SQLite
+            # refuses that, and the error would only be printed as "Exception ignored").
+            for generator in reversed(opened):
+                if isinstance(generator, Generator):
+                    generator.close()
             self.report_and_release(summary, tables=[str(summary["table"]) if summary else self.table])
         return redact(summary)  # type: ignore[no-any-return]
+
+    def _emit_table_asset(self, context: Context, identity: TableIdentity, summary: dict[str, Any]) -> None:
+        """Attach the table's asset to this task's alias; Airflow records the event if the try succeeds."""
+        events = context.get("outlet_events") if self.table_asset else None
+        if events is None:  # executed outside a task runner (no outlets to record)
+            return
+        alias = AssetAlias(name=self.table_alias)
+        events[alias].add(Asset(identity.asset_uri), extra=asset_event_extra(identity, summary))
+        self.log.info("asset event for %s (via alias %s)", identity.asset_uri, alias.name)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: input files (or the SQL's tables, when the database names them), the output
+        table in the ``databricks://<host>`` namespace with a schema facet and output statistics.
+
+        Needs ``apache-airflow-providers-openlineage`` (whose listener is the only caller)."""
+        from airflow_provider.utils.openlineage import operator_lineage, sql_input_datasets
+
+        sql_inputs = None
+        if self.sql is not None and self.sql_conn_id:
+            sql_inputs = sql_input_datasets(self._sql_hook, str(self.sql), self.lineage)
+        return operator_lineage(self.lineage, sql_inputs)
 
 
 def _chain(first: list[pa.RecordBatch], rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

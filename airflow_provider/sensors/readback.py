@@ -2,8 +2,12 @@
 
 Deferrable by default when ``[operators] default_deferrable`` is on: one fast check in the worker, then
 ``ZerobusReadbackTrigger`` waits in the triggerer with an absolute deadline. Non-deferrable, it pokes
-with the same single ``verify_readback_once`` attempt. The core's ``ReadbackStatus`` decides: a missing
-table or a lagging snapshot is "not yet"; a permanent error fails the task without retries.
+with the same single attempt. Both go through the core's read-only ``ReadbackService`` (no write
+runtime) and verify the ingest's own record (its XCom: source, partition, delivered offsets), so the
+sensor's worker and the triggerer need no file of the ingest's worker. The core's ``ReadbackStatus``
+decides: a missing table or a lagging snapshot is "not yet"; a permanent error fails the task without
+retries. Deferring never stores a secret in the trigger's kwargs: secret ``config_overrides`` are
+refused then (put them in the connection, which the triggerer reads itself).
 
 No delivered coverage for the key is never "not yet" (waiting cannot create it): the sensor succeeds
 when the ingest's XCom says it wrote 0 rows, and otherwise fails naming the table, source and partition.
@@ -21,16 +25,19 @@ from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 from airflow_provider.hooks.zerobus import ZerobusHook
-from airflow_provider.operators.base import coverage_keys, drain_report_release
+from airflow_provider.operators.base import coverage_keys
 from airflow_provider.triggers.readback import ZerobusReadbackTrigger
 from airflow_provider.utils.observability import redact
 from airflow_provider.utils.readback import (
     NOTHING_TO_VERIFY,
     Status,
     event_status,
+    refuse_secret_overrides,
     report_of,
     report_summary,
 )
+from zerobus_orchestration.errors import ConfigError
+from zerobus_orchestration.readback.record import WriteRecord
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
 
 
@@ -103,9 +110,24 @@ class ZerobusReadbackSensor(BaseSensorOperator):
             )
         return self.source or None, self.partition or None
 
+    def _record(self, context: Context) -> WriteRecord | None:
+        """The ingest's own record of what it delivered (its XCom), if it left one."""
+        if not self.ingest_task_id:
+            return None
+        upstream = context["ti"].xcom_pull(task_ids=self.ingest_task_id, map_indexes=self.ingest_map_index)
+        if not isinstance(upstream, Mapping):
+            return None
+        record = WriteRecord.from_summary(upstream, table=self.table)
+        if record is None or (record.source, record.partition) != self._keys(context):
+            return None  # another write's summary: verify the keys, from the table's own truth
+        return record
+
     def _attempt(self, context: Context) -> ReadbackOutcome:
         source, partition = self._keys(context)
-        return self.hook.verify_readback_once(self.table, source=source, partition=partition)
+        record = self._record(context)
+        return self.hook.verify_readback_once(
+            self.table, source=source, partition=partition, ranges=None if record is None else record.ranges
+        )
 
     def _succeed(self, report: dict[str, Any] | None) -> dict[str, Any]:
         self.log.info("%s: read-back verified: %s", self.table, report_summary(report))
@@ -151,16 +173,8 @@ class ZerobusReadbackSensor(BaseSensorOperator):
         raise AirflowFailException(f"{self.task_id}: nothing was delivered to {where}; {fix}")
 
     def _finish_attempt(self, context: Context) -> ReadbackOutcome:
-        """One attempt, then drain and release; health is logged only when the wait is over."""
-        outcome = ReadbackOutcome(ReadbackStatus.FAILED, self.table, f"{self.table}: read-back did not run")
-        try:
-            outcome = self._attempt(context)
-        finally:
-            if not outcome.is_terminal:
-                self.hook.release()  # a poke every few seconds: keep the log to the one-line status
-            else:
-                drain_report_release(self.hook, self.log, tables=[self.table], task=self.task_id)
-        return outcome
+        """One read-only attempt: nothing to drain or release (no write runtime is involved)."""
+        return self._attempt(context)
 
     def _decide(self, context: Context, outcome: ReadbackOutcome) -> dict[str, Any] | None:
         """The XCom value of a finished wait, ``None`` to keep waiting; raises on a failed read-back."""
@@ -183,23 +197,31 @@ class ZerobusReadbackSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
+        # Before any work: a deferral would store these overrides in the trigger table.
+        try:
+            refuse_secret_overrides(self.config_overrides, conn_id=self.zerobus_conn_id, where=self.task_id)
+        except ConfigError as exc:
+            raise AirflowFailException(str(exc)) from exc
         outcome = self._finish_attempt(context)  # cheap check first: often there is nothing to wait for
         done = self._decide(context, outcome)
         if done is not None:
             return done
         source, partition = self._keys(context)
+        record = self._record(context)
+        trigger = ZerobusReadbackTrigger(
+            table=self.table,
+            end_time=time.time() + self.timeout,
+            zerobus_conn_id=self.zerobus_conn_id,
+            source=source,
+            partition=partition,
+            ranges=None if record is None else record.primitives(),
+            poll_interval=float(self.poke_interval),
+            max_poll_interval=self.max_poll_interval,
+            config_overrides=self.config_overrides,
+        )
         self.log.info("%s; deferring for up to %.0fs", outcome.message, self.timeout)
         self.defer(
-            trigger=ZerobusReadbackTrigger(
-                table=self.table,
-                end_time=time.time() + self.timeout,
-                zerobus_conn_id=self.zerobus_conn_id,
-                source=source,
-                partition=partition,
-                poll_interval=float(self.poke_interval),
-                max_poll_interval=self.max_poll_interval,
-                config_overrides=self.config_overrides,
-            ),
+            trigger=trigger,
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout),
         )

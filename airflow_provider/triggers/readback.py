@@ -1,26 +1,41 @@
 """``ZerobusReadbackTrigger``: wait in the triggerer until Iceberg shows what Zerobus delivered.
 
 Receives only primitives and an absolute deadline (``end_time``, epoch seconds), because ``serialize()``
-is captured once and the trigger may be re-created on another triggerer. It keeps no cursor: every poll
-is a fresh, read-only ``verify_readback_once`` run in a worker thread (pyiceberg is synchronous), with the
-connection read asynchronously. Whether an attempt is final is the core's ``ReadbackStatus``; the
-trigger yields exactly one event, ``status`` success / error / timeout, carrying the last outcome as
-``outcome`` (``ReadbackOutcome.to_json()``). An error with ``reason`` ``nothing_to_verify`` means no
-coverage exists for the key, which the sensor resolves against the ingest's XCom (the triggerer has no
-task context to do so).
+is captured once, stored in the ``trigger`` table and the trigger may be re-created on another
+triggerer. No secret is among them: the triggerer reads the connection ``zerobus_conn_id`` itself
+(asynchronously) and rebuilds the config from it; ``config_overrides`` holding a secret setting are
+refused. What to verify is the ingest's own record, ``ranges`` (``[[start, end], ...]`` of
+``source``/``partition``), so the triggerer host needs no file of the worker's; without it the core
+falls back to the table's own truth.
+
+Every poll is one read-only ``ZerobusHook.averify_readback_once`` (the core's ``ReadbackService``, run
+in a worker thread: pyiceberg is synchronous): no write runtime, no stream pool. Whether an attempt is
+final is the core's ``ReadbackStatus``; the trigger yields exactly one event, ``status`` success /
+error / timeout, carrying the last outcome as ``outcome`` (``ReadbackOutcome.to_json()``). An error
+with ``reason``
+``nothing_to_verify`` means nothing was delivered for the key, which the sensor resolves against the
+ingest's XCom (the triggerer has no task context to do so).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider.hooks.zerobus import ZerobusHook
-from airflow_provider.utils.readback import NOTHING_TO_VERIFY, Status, event_status, redacted, report_of
+from airflow_provider.utils.readback import (
+    NOTHING_TO_VERIFY,
+    Status,
+    event_status,
+    redacted,
+    refuse_secret_overrides,
+    report_of,
+)
+from zerobus_orchestration.readback.record import ranges_from_primitives, ranges_to_primitives
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
 
 CLASSPATH = "airflow_provider.triggers.readback.ZerobusReadbackTrigger"
@@ -29,8 +44,10 @@ CLASSPATH = "airflow_provider.triggers.readback.ZerobusReadbackTrigger"
 class ZerobusReadbackTrigger(BaseTrigger):
     """Poll read-back of ``table`` (optionally one coverage ``source`` / ``partition``) until ``end_time``.
 
+    :param ranges: the delivered offset ranges of ``source``/``partition`` from the ingest's record.
     :param poll_interval: first pause between polls, seconds; grows by half each poll up to
         ``max_poll_interval`` (Iceberg conversion lag is seconds to minutes).
+    :param config_overrides: non-secret settings over the connection's (a secret raises ``ConfigError``).
     """
 
     def __init__(
@@ -41,19 +58,23 @@ class ZerobusReadbackTrigger(BaseTrigger):
         zerobus_conn_id: str = ZerobusHook.default_conn_name,
         source: str | None = None,
         partition: str | None = None,
+        ranges: Sequence[Sequence[int]] | None = None,
         poll_interval: float = 1.0,
         max_poll_interval: float = 30.0,
         config_overrides: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
+        overrides = dict(config_overrides or {})
+        refuse_secret_overrides(overrides, conn_id=zerobus_conn_id, where=f"read-back trigger for {table}")
         self.table = table
         self.end_time = float(end_time)
         self.zerobus_conn_id = zerobus_conn_id
         self.source = source
         self.partition = partition
+        self.ranges = None if ranges is None else ranges_to_primitives(ranges_from_primitives(ranges))
         self.poll_interval = float(poll_interval)
         self.max_poll_interval = float(max_poll_interval)
-        self.config_overrides = dict(config_overrides or {})
+        self.config_overrides = overrides
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -64,6 +85,7 @@ class ZerobusReadbackTrigger(BaseTrigger):
                 "zerobus_conn_id": self.zerobus_conn_id,
                 "source": self.source,
                 "partition": self.partition,
+                "ranges": self.ranges,
                 "poll_interval": self.poll_interval,
                 "max_poll_interval": self.max_poll_interval,
                 "config_overrides": self.config_overrides,
@@ -91,26 +113,20 @@ class ZerobusReadbackTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        # The connection (secrets included) is read here, in the triggerer, never stored in the kwargs.
         hook = ZerobusHook(zerobus_conn_id=self.zerobus_conn_id, config_overrides=self.config_overrides)
-        try:
-            event = await self._poll_until_done(hook)
-            # Release before yielding: after the one event the generator may be dropped without being
-            # resumed (dag.test() does), and a finally that awaits would then run without a loop.
-            if hook.runtime_acquired:
-                await asyncio.to_thread(hook.release)
-        finally:
-            if hook.runtime_acquired:  # cancelled mid-poll: triggers only read, so this is quick
-                hook.release()
-        yield event
+        yield await self._poll_until_done(hook, time.time())
 
-    async def _poll_until_done(self, hook: ZerobusHook) -> TriggerEvent:
+    async def _poll_until_done(self, hook: ZerobusHook, started: float) -> TriggerEvent:
         polls = 0
-        started = time.time()
         interval = self.poll_interval
         last: ReadbackOutcome | None = None
+        ranges = None if self.ranges is None else ranges_from_primitives(self.ranges)
         while time.time() < self.end_time:
             polls += 1
-            last = await hook.averify_readback_once(self.table, source=self.source, partition=self.partition)
+            last = await hook.averify_readback_once(
+                self.table, source=self.source, partition=self.partition, ranges=ranges
+            )
             status = event_status(last)
             if status is not None:
                 return self._event(status, last.message, polls, started, last)

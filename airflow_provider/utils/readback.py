@@ -19,9 +19,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, get_args
+
+from pydantic import BaseModel, SecretStr
 
 from airflow_provider.utils.observability import redact
+from zerobus_orchestration.config import ZerobusConfig
+from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
 
 
@@ -79,3 +83,54 @@ def report_summary(report: Mapping[str, Any] | None) -> str:
         parts.append(f"missing_ranges={len(missing)}")
     parts.extend(f"{key}={data[key]}" for key in _SUMMARY_KEYS if data.get(key) is not None)
     return " ".join(parts)
+
+
+def secret_override_paths(overrides: Mapping[str, Any], model: type[BaseModel] = ZerobusConfig) -> list[str]:
+    """Dotted paths of ``overrides`` that set a secret setting (a ``SecretStr`` field of the config).
+
+    Decided from the config's own field types, so a secret added to the config later is covered.
+    Unknown keys are left to the config's validation, which refuses them with the right message.
+    """
+    found: list[str] = []
+    for key, value in overrides.items():
+        field = model.model_fields.get(str(key))
+        if field is None:
+            continue
+        if _holds_secret(field.annotation):
+            found.append(str(key))
+            continue
+        sub = _model_in(field.annotation)
+        if sub is not None and isinstance(value, Mapping):
+            found.extend(f"{key}.{path}" for path in secret_override_paths(value, sub))
+    return found
+
+
+def refuse_secret_overrides(overrides: Mapping[str, Any], *, conn_id: str, where: str) -> None:
+    """Raise ``ConfigError`` when ``overrides`` would carry a secret into a trigger's stored kwargs.
+
+    Trigger kwargs are written to the metadata database and shown to anyone who can read it; the
+    triggerer rebuilds secrets from the connection instead.
+    """
+    paths = secret_override_paths(overrides)
+    if paths:
+        raise ConfigError(
+            f"{where}: config_overrides set the secret setting(s) {paths}, which a deferred sensor would "
+            f"store in the trigger's kwargs; put them in the connection {conn_id!r} instead (Password "
+            "for client_secret, or its 'config' extra), which the triggerer reads itself"
+        )
+
+
+def _holds_secret(annotation: Any) -> bool:
+    if annotation is SecretStr:
+        return True
+    return any(_holds_secret(arg) for arg in get_args(annotation))
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

@@ -10,7 +10,8 @@ cursor), ``{"cursorclass": MySQLdb.cursors.SSCursor}`` for MySQLdb (or the MySQL
 
 Column types are inferred per batch from the Python values, then pinned: once a column was seen with a
 concrete type, later batches (where it may be all NULL) are built with that type. Pass ``schema`` to
-pin types up front (needed when the first rows of a column are all NULL).
+pin types up front: needed when the first rows of a column are all NULL, and for a timestamp or decimal
+the database stores as text (SQLite), which is then parsed into the declared type.
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ import pyarrow as pa
 from zerobus_orchestration.errors import ConfigError
 
 
+def _text_for_typed(pinned: pa.DataType | None, values: Sequence[Any]) -> bool:
+    if pinned is None or pa.types.is_string(pinned) or pa.types.is_large_string(pinned):
+        return False
+    return any(isinstance(v, str) for v in values)
+
+
 def _build_batch(
     names: Sequence[str], rows: Sequence[Sequence[Any]], known: dict[str, pa.DataType]
 ) -> pa.RecordBatch:
@@ -32,8 +39,13 @@ def _build_batch(
     for name, values in columns.items():
         pinned = known.get(name)
         try:
-            array = pa.array(values, type=pinned) if pinned is not None else pa.array(values)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+            if _text_for_typed(pinned, values):
+                # Text holding a typed value (SQLite keeps timestamps and decimals as TEXT): parsed by
+                # Arrow's cast (ISO 8601, decimal notation), which refuses rather than guesses.
+                array = pa.array(values, type=pa.string()).cast(pinned)
+            else:
+                array = pa.array(values, type=pinned) if pinned is not None else pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as exc:
             raise ConfigError(
                 f"SQL column {name!r}: a value does not fit {pinned} ({exc}); cast it in the query or pass "
                 f"schema={{{name!r}: '<arrow type>'}}"

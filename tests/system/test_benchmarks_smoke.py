@@ -115,6 +115,7 @@ MEMORY = {
     "peak_rss_mb": NUMBER,
     "baseline_rss_mb": NUMBER,
     "peak_arrow_mb": NUMBER,
+    "rss_over_time": list,
     "max_inflight_bytes": int,
     "max_batch_bytes": int,
     "emulator": str,
@@ -127,3 +128,77 @@ def test_memory_smoke_prints_its_json_shape() -> None:
     result = run_benchmark("memory.py", "--json", "--gb", "0.005", "--batch-mb", "1")
     assert_shape(result, MEMORY, "memory")
     assert result["batches"] == 5  # the generated reader really streamed through the runtime
+
+
+CRASH_RESUME_RUN = {
+    "mode": str,
+    "rows": int,
+    "kills": int,
+    "missing": int,
+    "duplicates": int,
+    "duplicate_fraction": NUMBER,
+    "unexpected_positions": int,
+    "duplicate_ranges": list,
+    "final_rows_written": int,
+    "final_rows_skipped": int,
+    "final_rows_resent_after_crash": int,
+    "seconds": NUMBER,
+}
+
+
+@pytest.mark.integration
+def test_crash_resume_smoke_prints_its_json_shape() -> None:
+    result = run_benchmark("crash_resume.py", "--smoke", "--json")
+    assert_shape(
+        result,
+        {
+            "rows": int,
+            "kills": int,
+            "batch_rows": int,
+            "missing": int,
+            "duplicates": int,
+            "duplicate_fraction": NUMBER,
+            "meets_target": bool,
+            "runs": list,
+        },
+        "crash_resume",
+    )
+    assert [run["mode"] for run in result["runs"]] == ["in_process", "daemon"]
+    for i, run in enumerate(result["runs"]):
+        assert_shape(run, CRASH_RESUME_RUN, f"crash_resume.runs[{i}]")
+    assert result["missing"] == 0  # a resume never loses a row, whatever the size
+
+
+SCALING_ROW = {
+    "streams": int,
+    "tables": int,
+    "mb": NUMBER,
+    "mb_per_s_durable": NUMBER,
+    "mb_per_s_visible": NUMBER,
+    "p50_ack_s": NUMBER,
+    "p99_ack_s": NUMBER,
+    "durable_s": NUMBER,
+    "visible_s": NUMBER,
+}
+
+
+@pytest.mark.integration
+def test_scaling_smoke_prints_its_json_shape() -> None:
+    result = run_benchmark("scaling.py", "--smoke", "--json")
+    assert_shape(
+        result,
+        {
+            "transport": str,
+            "emulator": str,
+            "machine": str,
+            "cpus": int,
+            "batch_rows": int,
+            "mb_per_table": NUMBER,
+            "results": list,
+        },
+        "scaling",
+    )
+    for i, row in enumerate(result["results"]):
+        assert_shape(row, SCALING_ROW, f"scaling.results[{i}]")
+    # 1, 2 and 4 streams into one table, and two tables at once: every row visible in Delta.
+    assert {(r["streams"], r["tables"]) for r in result["results"]} >= {(1, 1), (2, 1), (4, 1), (1, 2)}

@@ -31,8 +31,18 @@ import zerobus_orchestration
 from dagster_defs import quickstart
 
 (flavour,) = entry_points(group="zerobus_orchestration.demos", name="dagster")
+(registry,) = entry_points(group="dagster_dg_cli.registry_modules", name="dagster_defs")
 dg.Definitions.validate_loadable(quickstart.defs)
 graph = quickstart.defs.resolve_asset_graph()
+# The README's quickstart run (`dg launch ... --job zerobus_job`), in process on a fresh warehouse.
+from dagster_defs import ZerobusResource
+from zerobus_orchestration.runtime import close_all_runtimes
+resource = ZerobusResource(warehouse=sys.argv[1], options={"emulator.mode": "in_process"})
+run = quickstart.build_definitions(resource).resolve_job_def("zerobus_job").execute_in_process(
+    run_config={"ops": {"raw__orders": {"config": {"rows": 2000}}}}
+)
+orders = run.asset_materializations_for_node("raw__orders")[0].metadata["zerobus/rows_written"].value
+close_all_runtimes()
 print(json.dumps({
     "core": zerobus_orchestration.__file__,
     "quickstart": quickstart.__file__,
@@ -41,6 +51,9 @@ print(json.dumps({
     "assets": sorted(k.to_user_string() for k in graph.get_all_asset_keys()),
     "job": quickstart.defs.resolve_job_def("zerobus_job").name,
     "api": sorted(zerobus_orchestration.__all__),
+    "registry": registry.value,
+    "run_success": run.success,
+    "orders_written": orders,
 }))
 """
 
@@ -82,7 +95,9 @@ def test_the_quickstart_loads_from_the_installed_wheel_alone(tmp_path: Path) -> 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["DAGSTER_HOME"] = str(tmp_path / "dagster_home")
     (tmp_path / "dagster_home").mkdir()
-    found = json.loads(_run([str(python), "-c", PROBE], cwd=tmp_path, env=env).strip().splitlines()[-1])
+    warehouse = str(tmp_path / "warehouse")
+    probe = [str(python), "-c", PROBE, warehouse]
+    found = json.loads(_run(probe, cwd=tmp_path, env=env).strip().splitlines()[-1])
 
     assert Path(found["core"]).is_relative_to(venv_site), found  # the wheel's copy, not this checkout
     assert Path(found["quickstart"]).is_relative_to(venv_site), found
@@ -90,6 +105,8 @@ def test_the_quickstart_loads_from_the_installed_wheel_alone(tmp_path: Path) -> 
     assert found["flavour"] == "dagster_defs.demo"  # the entry point the wheel registers
     assert found["assets"] == ["analytics/daily_order_totals", "raw/orders", "raw/orders__contract"]
     assert found["job"] == "zerobus_job"
+    assert found["registry"] == "dagster_defs"  # `dg list components` finds ZerobusTableComponent
+    assert found["run_success"] is True and found["orders_written"] == 2000
     import zerobus_orchestration
 
     assert found["api"] == sorted(zerobus_orchestration.__all__)

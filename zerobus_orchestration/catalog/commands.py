@@ -41,7 +41,10 @@ def catalog_from_config(cfg: ZerobusConfig) -> TableCatalog:
 
     registry = os.path.join(absolute_state_dir(cfg), REGISTRY_FILE)
     return LocalCatalog(
-        absolute_warehouse(cfg.warehouse), storage_options=config_storage_options(cfg), registry_path=registry
+        absolute_warehouse(cfg.warehouse),
+        storage_options=config_storage_options(cfg),
+        registry_path=registry,
+        catalogs=cfg.catalog.local_catalogs,
     )
 
 

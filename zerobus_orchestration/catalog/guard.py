@@ -187,7 +187,8 @@ class _Column:
                 "the declared type cannot hold every incoming value exactly"
                 if _same_family(storage, declared)
                 else "the types are incompatible",
-                f"cast the column to {declared} explicitly, or declare a {delta_type(storage)} column",
+                _text_fix(self.name, storage, declared)
+                or f"cast the column to {declared} explicitly, or declare a {delta_type(storage)} column",
             ),
         )
 
@@ -406,3 +407,14 @@ def conform_batch(
     for kind in dict.fromkeys(casts):
         record_type_reconcile(kind, table=table, metrics=metrics)
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=batch.schema.metadata))
+
+
+def _text_fix(name: str, incoming: pa.DataType, declared: pa.DataType) -> str | None:
+    """The fix for a timestamp, date or decimal that arrives as text (SQLite stores them as TEXT)."""
+    if not pa.types.is_string(incoming) or not (_is_temporal(declared) or pa.types.is_decimal(declared)):
+        return None
+    return (
+        f"declare the source column's type so the text is parsed: schema={{{name!r}: "
+        f"'{delta_type(declared)}'}} on a SQL or file source (--schema {name}={delta_type(declared)} on the "
+        f"CLI), or cast it to {declared} yourself"
+    )

@@ -6,8 +6,19 @@ name, location, role, emulated capabilities and the sinks writing to the table. 
 ``tables.table_uri`` says, so the emulator's materialiser finds them.
 
 delta-rs limits shape the execution (docs/architecture.md#delta-rs):
-- ``WidenColumn`` is refused: delta-rs has no type widening. ``plan`` already turns it into a ``Refuse``
-  step, so ``zerobus-orch plan`` shows the refusal that ``reconcile`` would raise.
+- ``WidenColumn`` (planned only with ``catalog.allow_widening``): delta-rs has no type widening, but this
+  backend owns the files, so a derived table is rewritten: every row is read, cast to the widened
+  schema and written back as one new Delta version (``mode="overwrite"``, ``schema_mode="overwrite"``;
+  table id, properties and comments are kept, and readers of an older version are unaffected). A
+  ``primary_raw`` table is not rewritten (Zerobus streams append to it while it would be rewritten):
+  ``plan`` turns that step into a ``Refuse``, so ``zerobus-orch plan`` shows what ``reconcile`` raises.
+- Unity's rules are applied before anything is created: a table's catalog must exist (``catalogs``,
+  the ``catalog.local_catalogs`` setting, plus any catalog that already holds a registered table), so a
+  typo (``mian.raw.t``) is refused instead of creating a catalog; and a column name Delta allows only
+  with column mapping (``CHARS_NEEDING_COLUMN_MAPPING``, e.g. a space), for which Unity turns column
+  mapping ``name`` on, is refused naming the column: delta-rs (1.6) can create and append to such a
+  table, but cannot add columns to it, its pyarrow reader returns the columns as NULL, and its Parquet
+  files carry physical names (``col-<uuid>``) that the Iceberg mirror's name mapping does not know.
 - a ``primary_raw`` table is created with the UniForm keys as inert properties and deletion vectors
   off (set again on a live table only on an explicit repair, ``DesiredTable.repair``); column mapping
   and UniForm are reported as *emulated* (real column mapping would stop schema evolution).
@@ -21,7 +32,7 @@ import json
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,6 +42,7 @@ import pyarrow as pa
 from pydantic import SecretStr
 
 from zerobus_orchestration.catalog.base import (
+    CHARS_NEEDING_COLUMN_MAPPING,
     EMULATED_COLUMN_MAPPING,
     EMULATED_UNIFORM,
     Access,
@@ -52,6 +64,7 @@ from zerobus_orchestration.catalog.plan import (
     SetProperty,
     Step,
     WidenColumn,
+    names_needing_column_mapping,
     plan,
 )
 from zerobus_orchestration.config import Role
@@ -67,6 +80,8 @@ from zerobus_orchestration.tables import TableName, check_embedded_storage, tabl
 from zerobus_orchestration.type_map import delta_json_type
 
 REGISTRY_FILE = "catalog.sqlite"
+DEFAULT_CATALOGS = ("main",)
+"""The catalogs a fresh local warehouse has (``catalog.local_catalogs``), like a new Unity metastore's."""
 LOCAL_CREDENTIAL_TTL = timedelta(hours=1)
 TIMESTAMP_NTZ_FEATURE = "delta.feature.timestampNtz"
 
@@ -97,8 +112,10 @@ class LocalCatalog:
         *,
         storage_options: Mapping[str, str] | None = None,
         registry_path: str | Path | None = None,
+        catalogs: Iterable[str] = DEFAULT_CATALOGS,
     ) -> None:
         self.warehouse = str(warehouse)
+        self.catalogs = frozenset(c.lower() for c in catalogs)
         self._storage_options = dict(storage_options or {})
         if registry_path is None:
             if not is_local(self.warehouse):
@@ -198,15 +215,46 @@ class LocalCatalog:
         """The plan ``reconcile`` would execute now, without executing it."""
         return self._plan_against(self.describe(table), desired)
 
+    def known_catalogs(self) -> frozenset[str]:
+        """``catalogs`` plus every catalog already holding a registered table (it was created then)."""
+        with self._db() as db:
+            rows = db.execute("SELECT full_name FROM tables").fetchall()
+        return self.catalogs | {str(r[0]).split(".", 1)[0] for r in rows}
+
     def _plan_against(self, live: TableState | None, desired: DesiredTable) -> ReconcilePlan:
+        if live is None:
+            missing = self._missing_catalog(desired.name)
+            if missing is not None:
+                return ReconcilePlan(desired.name, (missing,))
         the_plan = plan(live, self._effective(desired), allow_widening=desired.allow_widening)
-        if not any(isinstance(s, WidenColumn) for s in the_plan.steps):
+        # The shared planner does not know the backend: what delta-rs cannot do becomes a refusal here,
+        # where both ``plan`` and ``reconcile`` see it.
+        mapped = [
+            _refuse_column_mapping(the_plan.table, n) for n in names_needing_column_mapping(the_plan.steps)
+        ]
+        primary_raw = desired.role is Role.PRIMARY_RAW or (live is not None and live.role is Role.PRIMARY_RAW)
+        steps = [
+            _refuse_widening(s) if isinstance(s, WidenColumn) and primary_raw else s for s in the_plan.steps
+        ]
+        if not mapped and steps == list(the_plan.steps):
             return the_plan
-        # delta-rs has no type widening; the shared planner does not know the backend, so the local
-        # backend turns the step into a refusal here, where both ``plan`` and ``reconcile`` see it.
-        steps = [_refuse_widening(s) if isinstance(s, WidenColumn) else s for s in the_plan.steps]
-        refusals_first = sorted(steps, key=lambda s: not isinstance(s, Refuse))
+        refusals_first = sorted([*mapped, *steps], key=lambda s: not isinstance(s, Refuse))
         return ReconcilePlan(the_plan.table, tuple(refusals_first), the_plan.notes)
+
+    def _missing_catalog(self, table: str) -> Refuse | None:
+        catalog = TableName.parse(table).catalog
+        known = self.known_catalogs()
+        if catalog in known:
+            return None
+        listed = ", ".join(sorted(known)) or "none"
+        return Refuse(
+            table,
+            None,
+            f"catalog {catalog!r} does not exist in the local warehouse (known catalogs: {listed}); "
+            "Unity Catalog creates a table only in an existing catalog. Fix: correct the catalog name, "
+            f"or create it locally by adding it to catalog.local_catalogs "
+            f"(ZEROBUS_CATALOG__LOCAL_CATALOGS={','.join(sorted({*known, catalog}))})",
+        )
 
     def reconcile(self, table: str, desired: DesiredTable) -> ReconcileOutcome:
         full_name = TableName.parse(table).full_name
@@ -291,6 +339,10 @@ class LocalCatalog:
             self._create(full_name, location, create)
             return
         dt = DeltaTable(location, storage_options=options)
+        widened = {s.column: s.arrow_type for s in the_plan.steps if isinstance(s, WidenColumn)}
+        if widened:
+            _rewrite_widened(dt, widened)
+            dt = DeltaTable(location, storage_options=options)
         added = [s.column for s in the_plan.steps if isinstance(s, AddColumn)]
         if added:
             _add_columns(dt, added)
@@ -337,10 +389,45 @@ def _refuse_widening(step: WidenColumn) -> Step:
     return Refuse(
         step.table,
         step.column,
-        "the local (delta-rs) backend cannot widen column types; cast the column to the live type, "
-        "or rewrite the table",
+        "the local (delta-rs) backend cannot widen a primary_raw table: it widens only by rewriting a "
+        "derived table, and a primary_raw one has Zerobus streams appending to it; cast the column to "
+        "the live type, or write to a new table",
         step.from_type,
         step.to_type,
+    )
+
+
+def _refuse_column_mapping(table: str, name: str) -> Refuse:
+    safe = "".join("_" if ch in CHARS_NEEDING_COLUMN_MAPPING else ch for ch in name.split(".")[-1])
+    return Refuse(
+        table,
+        name,
+        "the name contains characters Delta allows only with column mapping (a space or one of "
+        "',;{}()=', a tab or a newline); Unity Catalog turns column mapping 'name' on for it, but the "
+        "local (delta-rs) backend cannot evolve or read a column-mapped table faithfully. Fix: rename "
+        f"the column (e.g. {safe!r})",
+    )
+
+
+def _rewrite_widened(dt: Any, widened: Mapping[str, pa.DataType]) -> None:
+    """Every row, cast to the widened schema, written back as one new version of the same table."""
+    from deltalake import write_deltalake
+
+    dataset = dt.to_pyarrow_dataset()
+    target = pa.schema(
+        [
+            pa.field(f.name, widened[f.name], f.nullable, f.metadata) if f.name in widened else f
+            for f in dataset.schema
+        ]
+    )
+    # Streamed batch by batch; the old files stay in place (only the log drops them), so the read is
+    # unaffected by the write, and a reader sees either the old version or the new one.
+    batches = (batch.cast(target) for batch in dataset.to_batches())
+    write_deltalake(
+        dt,
+        pa.RecordBatchReader.from_batches(target, batches),
+        mode="overwrite",
+        schema_mode="overwrite",
     )
 
 

@@ -16,6 +16,9 @@ Rules:
   written is the write guard's decision (``catalog/guard.py``), which names the precise fix;
 - comments follow ``contracts.py``: rewritten only when the description's hash changed; a human edit
   is kept and reported (``RESPECT``) or overwritten (``RESTORE``);
+- a derived table created by a write with no contract (its types inferred from the first run's data)
+  declares its top-level decimals ``DECIMAL(38, s)`` (``type_map.roomy_decimal``): the first rows'
+  precision says nothing about the next run's values. A contract or an explicit plan keeps its types;
 - desired properties that differ from the live ones are set; other live properties are left alone.
   Creation-only properties (``DesiredTable.create_properties``: a role's required properties, the
   ``twg.source`` stamp) are declared by ``CreateTable`` and never diffed against a live table, so a
@@ -32,6 +35,7 @@ from zerobus_orchestration.catalog.base import (
     CHARS_NEEDING_COLUMN_MAPPING,
     COLUMN_MAPPING_MODE,
     COLUMN_MAPPING_MODES,
+    PROP_CONTRACT_URI,
     DesiredColumn,
     DesiredTable,
     LiveColumn,
@@ -56,9 +60,17 @@ from zerobus_orchestration.type_map import (
     can_widen_to,
     delta_type,
     iceberg_legal_widening,
+    roomy_decimal,
 )
 
+WIDENING_FIX = (
+    "set catalog.allow_widening = true in the [zerobus] config (environment: "
+    "ZEROBUS_CATALOG__ALLOW_WIDENING=true)"
+)
+"""The one spelling of the opt-in every refusal of a widening names: the setting, not a keyword."""
+
 __all__ = [
+    "WIDENING_FIX",
     "AddColumn",
     "ColumnDef",
     "CreateTable",
@@ -214,14 +226,22 @@ def _storage_or_refuse(table: str, col: DesiredColumn, steps: list[Step]) -> pa.
         return None
 
 
+def _infers_types(desired: DesiredTable) -> bool:
+    """A derived table created by a write with no contract: its types come from the first run's data."""
+    return desired.subset and desired.role is Role.DERIVED and PROP_CONTRACT_URI not in desired.properties
+
+
 def _plan_create(desired: DesiredTable) -> ReconcilePlan:
     table = desired.name
     refusals: list[Step] = []
     columns: list[ColumnDef] = []
+    roomy = _infers_types(desired)
     for col in desired.columns:
         storage = _storage_or_refuse(table, col, refusals)
         if storage is None:
             continue
+        if roomy and not col.engine_owned:
+            storage = roomy_decimal(storage)
         comment = managed_comment(col.description) if col.description else None
         columns.append(ColumnDef(col.name, delta_type(storage), storage, col.nullable, comment))
     if refusals:
@@ -249,8 +269,7 @@ def _plan_type(
                 Refuse(
                     table,
                     col.name,
-                    "type widening was not opted in (allow_widening=True); "
-                    "or cast the column to the live type",
+                    f"type widening was not opted in; {WIDENING_FIX}, or cast the column to the live type",
                     current.delta_type,
                     wanted,
                 )

@@ -82,7 +82,10 @@ class RemoteEmulator:
         client_secret: SecretStr,
         relaunch: Relaunch | None = None,
         advert_path: Path | None = None,
+        watch: bool = True,
     ) -> None:
+        """``watch=False``: no watcher thread, hence no lease (a read-only client that must not keep the
+        daemon from idling out) and no replacement of a dead daemon (its next request fails loudly)."""
         self._advert = advert
         self._client_id = client_id
         self._client_secret = client_secret
@@ -92,7 +95,8 @@ class RemoteEmulator:
         self.replaced: list[tuple[int, int]] = []  # (dead pid, successor pid), oldest first
         self._stopped = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="zerobus-emulator-lease", daemon=True)
-        self._watcher.start()
+        if watch:
+            self._watcher.start()
 
     @property
     def advert(self) -> Advertisement:

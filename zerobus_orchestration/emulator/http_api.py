@@ -3,6 +3,10 @@
 Routes:
 * ``POST /oidc/v1/token``: OAuth client credentials (what the SDK calls as ``unity_catalog_url``).
 * ``/api/2.1/unity-catalog/iceberg-rest...``: delegated to ``IcebergRestFacade.handle`` (JSON).
+* ``GET /.well-known/databricks-config`` and ``GET /oidc/.well-known/oauth-authorization-server`` (OIDC
+  discovery for ``databricks-sdk`` OAuth M2M), the rest of ``/api/2.1/unity-catalog/...``,
+  ``/api/2.0/unity-catalog/temporary-table-credentials`` and ``/api/2.0/sql/statements...``: the local
+  Unity Catalog (``emulator/unity/routes.py``), bearer token required.
 * ``GET /_emulator/health``; ``POST /_emulator/materialize?table=c.s.t`` (commit the WAL now, all tables
   without ``table``); ``GET /_emulator/status`` (failed tables and their causes); ``POST
   /_emulator/faults`` (body: one fault object, see faults.py). Test hooks for an emulator running in
@@ -28,6 +32,8 @@ from pydantic import ValidationError
 from zerobus_orchestration.emulator.auth import TokenIssuer
 from zerobus_orchestration.emulator.errors import TokenRequestError
 from zerobus_orchestration.emulator.faults import FaultInjector, FaultSpec
+from zerobus_orchestration.emulator.unity import routes as unity_routes
+from zerobus_orchestration.emulator.unity.workspace import UnityWorkspace
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +60,11 @@ class HttpBackend(Protocol):
     def note_activity(self) -> None: ...
 
     def failed_tables(self) -> dict[str, dict[str, Any]]: ...
+
+    def unity_workspace(self) -> UnityWorkspace | None: ...
+
+    @property
+    def workspace_url(self) -> str: ...
 
 
 def make_http_server(host: str, port: int, backend: HttpBackend) -> ThreadingHTTPServer:
@@ -105,6 +116,13 @@ def make_http_server(host: str, port: int, backend: HttpBackend) -> ThreadingHTT
                     return exc.status, exc.body
             if path == HEALTH_PATH:
                 return 200, {"status": "ok"}
+            workspace = backend.unity_workspace()
+            if workspace is not None:
+                found = unity_routes.discovery(workspace, method, path, backend.workspace_url)
+                if found is not None:
+                    return found
+            if workspace is not None and unity_routes.serves(path) and not _is_iceberg(path):
+                return self._unity(workspace, method, path, query, body)
             try:
                 backend.issuer.check_http(self.headers.get("Authorization"))
             except TokenRequestError as exc:
@@ -139,6 +157,27 @@ def make_http_server(host: str, port: int, backend: HttpBackend) -> ThreadingHTT
                 return 200, {"armed": spec.model_dump(mode="json")}
             return 404, {"error": {"message": f"no route for {method} {path}", "code": 404}}
 
+        def _unity(
+            self,
+            workspace: UnityWorkspace,
+            method: str,
+            path: str,
+            query: dict[str, list[str]],
+            body: bytes,
+        ) -> tuple[int, dict[str, Any]]:
+            """Unity Catalog and SQL routes: a bearer token, and errors shaped as Databricks' REST API."""
+            authorization = self.headers.get("Authorization") or ""
+            if not authorization.lower().startswith("bearer "):  # Databricks APIs take no Basic credentials
+                return unity_routes.error(
+                    401, "UNAUTHENTICATED", "Credential was not sent or was of an unsupported type."
+                )
+            try:
+                backend.issuer.check_http(authorization)
+            except TokenRequestError as exc:
+                return unity_routes.error(401, "UNAUTHENTICATED", str(exc))
+            flat = {k: v[-1] for k, v in query.items()}
+            return unity_routes.handle_api(workspace, method, path, flat, body)
+
         def _send(self, status: int, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()
             self.send_response(status)
@@ -151,3 +190,7 @@ def make_http_server(host: str, port: int, backend: HttpBackend) -> ThreadingHTT
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     return server
+
+
+def _is_iceberg(path: str) -> bool:
+    return path == ICEBERG_REST_PREFIX or path.startswith(ICEBERG_REST_PREFIX + "/")

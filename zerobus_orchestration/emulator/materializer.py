@@ -168,7 +168,9 @@ class TableState:
             dt,
             data,
             mode="append",
-            writer_properties=WriterProperties(compression="ZSTD"),
+            # Snappy (delta-rs's default): ZSTD took ~45 % more CPU per GB in this process, which the
+            # gRPC handlers acknowledging batches share (benchmarks/scaling.py, docs/performance.md).
+            writer_properties=WriterProperties(compression="SNAPPY"),
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=WAL_APP_ID, version=last)]
             ),

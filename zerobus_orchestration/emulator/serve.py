@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -26,6 +26,7 @@ from zerobus_orchestration.config import EmulatorConfig, ZerobusConfig
 from zerobus_orchestration.emulator.faults import FaultSpec, load_faults
 from zerobus_orchestration.emulator.private import WELL_KNOWN_SECRET
 from zerobus_orchestration.emulator.server import Emulator
+from zerobus_orchestration.emulator.unity.local_cloud import STATE_FILE_NAME
 
 if TYPE_CHECKING:
     from zerobus_orchestration.emulator.iceberg_rest import TableCredentialSource
@@ -39,6 +40,7 @@ def endpoints(emulator: Emulator) -> dict[str, object]:
         "iceberg_rest_uri": emulator.iceberg_rest_uri,
         "warehouse": emulator.warehouse,
         "client_id": emulator.client_id,
+        "sql_warehouse_id": emulator.sql_warehouse_id,
         "replayed": emulator.replayed,
         "pid": os.getpid(),
     }
@@ -50,8 +52,19 @@ def run(
     faults: list[FaultSpec] | None = None,
     as_json: bool = False,
     iceberg: bool = True,
+    *,
+    storage_options: dict[str, str] | None = None,
+    state_dir: Path | None = None,
+    credentials: TableCredentialSource | None = None,
+    catalogs: Sequence[str] = ("main",),
 ) -> None:
-    """Serve until SIGINT/SIGTERM."""
+    """Serve until SIGINT/SIGTERM.
+
+    ``storage_options`` open an object-store warehouse; ``state_dir`` holds the WAL, the Iceberg catalog
+    and the local Unity Catalog's records (default: the emulator's own defaults); ``credentials`` vends
+    per-table READ keys (Iceberg REST and temporary table credentials) instead of the warehouse's own;
+    ``catalogs`` exist in the local Unity Catalog from the start.
+    """
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -64,7 +77,25 @@ def run(
             "the emulator's client secret is the well-known default: any local user can get a token "
             "and write; set zerobus.emulator.client_secret in the config"
         )
-    emulator = Emulator(warehouse, config, faults=faults or [], iceberg=iceberg)
+    wal_dir = iceberg_db = unity_state = None
+    if state_dir is not None:
+        from zerobus_orchestration.emulator.iceberg_mirror import ICEBERG_DB_NAME
+
+        wal_dir = str(state_dir / "wal")
+        iceberg_db = str(state_dir / ICEBERG_DB_NAME)
+        unity_state = str(state_dir / STATE_FILE_NAME)
+    emulator = Emulator(
+        warehouse,
+        config,
+        faults=faults or [],
+        iceberg=iceberg,
+        storage_options=storage_options,
+        credentials=credentials,
+        wal_dir=wal_dir,
+        iceberg_db=iceberg_db,
+        unity_state=unity_state,
+        catalogs=catalogs,
+    )
     emulator.start()
     try:
         info = endpoints(emulator)
@@ -76,6 +107,8 @@ def run(
                 f"  endpoint          {info['endpoint']}\n"
                 f"  token URL         {info['token_url']}  (SDK unity_catalog_url; POST /oidc/v1/token)\n"
                 f"  Iceberg REST URL  {info['iceberg_rest_uri']}\n"
+                f"  workspace URL     {info['workspace_url']}  (OIDC, Unity Catalog, SQL statements)\n"
+                f"  SQL warehouse id  {info['sql_warehouse_id']}\n"
                 f"  client id         {config.client_id}  (secret from the config; not printed)\n"
                 "Ctrl-C to stop.\n"
             )

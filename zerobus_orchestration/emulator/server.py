@@ -1,7 +1,9 @@
 """``Emulator``: the local Zerobus service the official SDK talks to, in-process or in the foreground.
 
 One grpcio server (EphemeralStream + DoPut on one port), one HTTP server (OAuth token endpoint, Iceberg
-REST facade, test hooks), a WAL per table, a materialiser to Delta and the Iceberg mirror. Restarting
+REST facade, test hooks, and the workspace APIs the production path calls: OIDC discovery, the Unity
+Catalog subset and SQL statements over the real Delta tables, see ``emulator/unity``), a WAL per table,
+a materialiser to Delta and the Iceberg mirror. Restarting
 on the same warehouse replays every WAL: what was acknowledged but not yet in Delta is committed once.
 A table whose log cannot be committed is marked failed (``failed_tables``) and refuses streams; the
 others keep serving, and ``quarantine`` (or ``zerobus-orch emulator quarantine``) unblocks it.
@@ -39,6 +41,13 @@ from zerobus_orchestration.emulator.private import open_private, private_dir
 from zerobus_orchestration.emulator.quotas import StreamLimiter
 from zerobus_orchestration.emulator.streams import generic_handlers
 from zerobus_orchestration.emulator.table_health import TableFailure, describe, quarantine_dest, write_marker
+from zerobus_orchestration.emulator.unity.local_cloud import (
+    LOCAL_SQL_WAREHOUSE_ID,
+    STATE_FILE_NAME,
+    local_workspace,
+)
+from zerobus_orchestration.emulator.unity.metastore import DEFAULT_CATALOG
+from zerobus_orchestration.emulator.unity.workspace import UnityWorkspace
 from zerobus_orchestration.emulator.wal import table_of_wal_dir, wal_dir_name
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.locations import is_local, local_path
@@ -63,6 +72,14 @@ def default_wal_dir(warehouse: str) -> Path:
     return Path.home() / ".zerobus" / "wal" / digest
 
 
+def default_unity_state(warehouse: str, wal_root: Path) -> Path:
+    """Beside the WAL folder (in the warehouse's local state); inside it for the per-URI default of an
+    object store, whose parent folder all such warehouses share."""
+    if not is_local(warehouse) and wal_root == default_wal_dir(warehouse):
+        return wal_root / STATE_FILE_NAME
+    return wal_root.parent / STATE_FILE_NAME
+
+
 class Emulator:
     """The local Zerobus service. Not started until ``start()`` (or ``with``)."""
 
@@ -78,16 +95,24 @@ class Emulator:
         iceberg_db: str | None = None,
         credentials: TableCredentialSource | None = None,
         max_workers: int = DEFAULT_MAX_WORKERS,
+        unity_state: str | None = None,
+        catalogs: Sequence[str] = (DEFAULT_CATALOG,),
     ) -> None:
         """``wal_dir`` and ``iceberg_db`` (the mirror's SqlCatalog file) must be on local disk; their
         defaults are ``default_wal_dir`` and ``iceberg_mirror.default_catalog_db``. ``credentials`` makes
-        the Iceberg REST facade vend per-table READ credentials instead of the warehouse's own keys."""
+        the Iceberg REST facade vend per-table READ credentials instead of the warehouse's own keys.
+        ``unity_state`` is the file the local Unity Catalog's records are saved to (default: beside the
+        WAL folder, ``default_unity_state``); ``catalogs`` exist in it from the start."""
         self.warehouse = str(warehouse)
         self.config = config or EmulatorConfig()
         self.storage_options = storage_options
         self.wal_root = Path(wal_dir) if wal_dir is not None else default_wal_dir(self.warehouse)
         self.iceberg_db = iceberg_db
         self.credentials = credentials
+        default_state = default_unity_state(self.warehouse, self.wal_root)
+        self.unity_state = Path(unity_state) if unity_state is not None else default_state
+        self._unity: UnityWorkspace | None = None
+        self._catalogs = tuple(catalogs)
         self.issuer = TokenIssuer(self.config.client_id, self.config.client_secret, self.config.token_ttl_s)
         self.limiter = StreamLimiter(self.config.max_streams_per_table)
         self.faults = FaultInjector(list(faults), enabled=self.config.faults_enabled)
@@ -127,6 +152,14 @@ class Emulator:
         self._lock_wal_root()
         if self._iceberg_enabled:
             self._start_iceberg()
+        self._unity = local_workspace(
+            self.warehouse,
+            self.unity_state,
+            storage_options=self.storage_options,
+            converted_version=self._converted_version,
+            credentials=self.credentials,
+            catalogs=self._catalogs,
+        )
         self._replay()
         self._materializer = Materializer(self.config.time_to_table_s, self._open_tables, self._mirror_hook())
         self._materializer.start()
@@ -241,6 +274,22 @@ class Emulator:
     @property
     def client_id(self) -> str:
         return self.config.client_id
+
+    @property
+    def sql_warehouse_id(self) -> str:
+        """The one SQL warehouse id the workspace URL's Statement Execution API accepts."""
+        return LOCAL_SQL_WAREHOUSE_ID
+
+    def unity_workspace(self) -> UnityWorkspace | None:
+        """The local Unity Catalog served at ``workspace_url`` (None before ``start``)."""
+        return self._unity
+
+    def _converted_version(self, full_name: str) -> int | None:
+        mirror = self._mirror
+        if mirror is None:
+            return None
+        version = int(mirror.converted_version(full_name))
+        return version if version >= 0 else None
 
     @property
     def client_secret(self) -> str:

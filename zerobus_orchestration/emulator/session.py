@@ -118,16 +118,16 @@ class StreamSession:
         self.services.faults.record_acted(spec, self.state.full_name, self.stream_id, detail)
 
     # -- reader side ------------------------------------------------------------------------------
-    def read(self, requests: Iterator[Any], decode: Decode) -> None:
+    def read(self, requests: Iterator[Any], decode: Decode, alive: Callable[[], bool] = lambda: True) -> None:
         try:
-            self._read(requests, decode)
+            self._read(requests, decode, alive)
         except grpc.RpcError:
             self.events.put(_End())  # the client went away
         except Exception as exc:  # a bug must end this stream loudly, not hang it
             log.exception("stream %s on %s failed", self.stream_id, self.state.full_name)
             self.events.put(_Abort(RpcFailure(grpc.StatusCode.INTERNAL, f"emulator error: {exc}")))
 
-    def _read(self, requests: Iterator[Any], decode: Decode) -> None:
+    def _read(self, requests: Iterator[Any], decode: Decode, alive: Callable[[], bool]) -> None:
         table = self.state.full_name
         throttle = Throttle(self.services.per_stream_mb_s)
         abort, crash, rotate = (self._fault(k) for k in (FaultKind.ABORT, FaultKind.CRASH, FaultKind.ROTATE))
@@ -157,6 +157,12 @@ class StreamSession:
                 self.events.put(_Abort(RpcFailure.named(abort.status, abort.message)))
                 return
             throttle.consume(decoded.nbytes)
+            if not alive():
+                # The client went away while this batch waited (the throttle can hold it for seconds):
+                # it was never acknowledged, so it is dropped, not made durable long after the writer
+                # died (a resume on another host would have no way to wait for it).
+                self.events.put(_End())
+                return
             failure = self.state.failure
             if failure is not None:  # marked failed while this stream was open: accept nothing more
                 self.events.put(_Abort(failure.rpc_failure()))
@@ -341,7 +347,7 @@ def run_session(
     context.add_callback(opened.release)
     reader = threading.Thread(
         target=session.read,
-        args=(requests, decode),
+        args=(requests, decode, context.is_active),
         name=f"zerobus-emulator-read-{session.stream_id[:8]}",
         daemon=True,
     )

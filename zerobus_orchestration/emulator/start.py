@@ -33,6 +33,7 @@ def start_emulator(config: ZerobusConfig, credentials: TableCredentialSource | N
         wal_dir=str(state / "wal"),
         iceberg_db=str(state / ICEBERG_DB_NAME),
         credentials=credentials,
+        catalogs=config.catalog.local_catalogs,  # the local Unity Catalog knows what the local backend does
     )
     emulator.start()
     log.info("embedded Zerobus emulator at %s (warehouse %s)", emulator.endpoint, config.warehouse)

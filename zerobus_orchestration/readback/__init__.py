@@ -7,7 +7,9 @@ visibility first; ``verify_readback_once`` is one judged, non-blocking attempt r
 Modules, one job each: ``endpoint`` (the Iceberg REST catalog), ``visibility`` (waiting until Iceberg
 reflects a Delta version), ``coverage_check`` (rows against coverage ranges, pure Arrow), ``verify``
 (the verification and its report), ``rows`` (reading rows back), ``status`` (the typed verdict, light
-enough for an Airflow DAG file), ``judge`` (one attempt mapped to a verdict).
+enough for an Airflow DAG file), ``judge`` (one attempt mapped to a verdict), ``record`` (what a write
+says it delivered: the ranges a verifier on another host checks), ``auth`` (a refreshing bearer header
+for the Iceberg REST catalog).
 
 Names are imported lazily so ``zerobus_orchestration.readback.status`` stays free of pyarrow and
 pyiceberg.

@@ -3,6 +3,10 @@
 One code path for both modes: pyiceberg's ``RestCatalog`` against the emulator's read-only facade
 locally, or against Unity Catalog's Iceberg REST endpoint in production (warehouse = catalog name,
 identifier = ``<schema>.<table>``). ``force_sync`` asks the embedded facade to convert a table now.
+Credentials: a static ``token``, or a ``header`` factory asked on every request (production: the
+service principal's refreshing OAuth token, see ``readback.auth``). pyiceberg asks the catalog for
+vended credentials (``X-Iceberg-Access-Delegation: vended-credentials``) by default, so the data files
+are read with what Unity Catalog vends for the table.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import quote
@@ -21,6 +25,7 @@ from pyiceberg.table import Table as IcebergTable
 
 from zerobus_orchestration.config import ReadbackConfig
 from zerobus_orchestration.errors import ConfigError, ReadbackError
+from zerobus_orchestration.readback.auth import rest_auth_properties
 from zerobus_orchestration.reserved import OFFSET, SOURCE
 from zerobus_orchestration.tables import TableName
 
@@ -38,6 +43,7 @@ class IcebergEndpoint:
     uri: str
     token: SecretStr | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
+    header: Callable[[], str] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_config(cls, config: ReadbackConfig, *, default_uri: str | None = None) -> IcebergEndpoint:
@@ -51,8 +57,10 @@ class IcebergEndpoint:
 
     def catalog(self, warehouse: str) -> RestCatalog:
         """A pyiceberg RestCatalog for one Unity Catalog catalog."""
-        properties: dict[str, str] = {"uri": self.uri, "warehouse": warehouse, **self.properties}
-        if self.token is not None:
+        properties: dict[str, Any] = {"uri": self.uri, "warehouse": warehouse, **self.properties}
+        if self.header is not None:
+            properties["auth"] = rest_auth_properties(self.header)
+        elif self.token is not None:
             properties["token"] = self.token.get_secret_value()
         return RestCatalog(f"zerobus-{warehouse}", **properties)
 
@@ -66,7 +74,9 @@ class IcebergEndpoint:
         name = TableName.parse(table)
         url = self.uri.rstrip("/") + SYNC_ROUTE + quote(name.full_name, safe="")
         request = urllib.request.Request(url, data=b"", method="POST")
-        if self.token is not None:
+        if self.header is not None:
+            request.add_header("Authorization", self.header())
+        elif self.token is not None:
             request.add_header("Authorization", f"Bearer {self.token.get_secret_value()}")
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as response:

@@ -3,11 +3,12 @@
 ``verify_readback_once`` runs a single non-blocking verification and maps its result, or any exception,
 to a ``ReadbackOutcome``; ``outcome_of_error`` is the same mapping for exceptions raised before the
 attempt (resolving configuration, coverage, the Delta version). Adapters branch on the status only.
+Errors are judged by their type and ``retriable`` flag, never by message text: a table the catalog does
+not know is found by ``describe`` before the attempt.
 
 The mapping keeps the decisions the adapters made before it moved here:
 
-- a missing Iceberg table or namespace, a visibility deadline, or a package error saying a table
-  "does not exist" / "not found": ``NOT_VISIBLE_YET``;
+- a missing Iceberg table or namespace, or a visibility deadline: ``NOT_VISIBLE_YET``;
 - network failures, timeouts and package errors that are ``retriable`` (transient, poisoned stream,
   concurrency rejected): ``UNAVAILABLE``;
 - no delivered coverage: ``NOTHING_TO_VERIFY``;
@@ -16,7 +17,6 @@ The mapping keeps the decisions the adapters made before it moved here:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 
 import requests.exceptions
@@ -52,10 +52,6 @@ _UNAVAILABLE = (
     TimeoutError,
     ConnectionError,
 )
-# Package errors carry no "absent" fact yet; their text is what says a table is not there (yet).
-_ABSENT_TEXT = re.compile(
-    r"does not exist|not found|no such table|no such namespace|table_or_view_not_found", re.I
-)
 # One attempt: the visibility wait gives up at once instead of polling (a sensor tick, a trigger poll).
 _ONE_ATTEMPT_S = 0.001
 
@@ -68,11 +64,8 @@ def status_of_error(exc: BaseException) -> ReadbackStatus:
         return ReadbackStatus.NOT_VISIBLE_YET
     if isinstance(exc, _UNAVAILABLE):
         return ReadbackStatus.UNAVAILABLE
-    if isinstance(exc, ZerobusOrchestrationError):
-        if exc.retriable:  # transient, poisoned stream, concurrency reject: a later attempt can pass
-            return ReadbackStatus.UNAVAILABLE
-        if _ABSENT_TEXT.search(str(exc)):
-            return ReadbackStatus.NOT_VISIBLE_YET
+    if isinstance(exc, ZerobusOrchestrationError) and exc.retriable:
+        return ReadbackStatus.UNAVAILABLE  # transient, poisoned stream, concurrency reject: may pass later
     return ReadbackStatus.FAILED
 
 

@@ -404,8 +404,9 @@ class ZerobusSink:
     ) -> Iterator[tuple[pa.RecordBatch, int | None]]:
         """Each piece, checked by ``check_input`` and sliced to ``max_batch_rows`` and ``max_batch_bytes``.
 
-        Slices are zero-copy and each keeps its rows' positions, so each is stamped, submitted and
-        recorded in coverage (with its digest) as its own range, as if the caller had sent it alone.
+        Each slice keeps its rows' positions, so each is stamped, submitted and recorded in coverage
+        (with its digest) as its own range, as if the caller had sent it alone. Slices of in-memory
+        input are zero-copy; slices of a streamed batch are compact copies (see below).
         """
         if in_memory:
             # Already in memory, so check it whole first (``_deliver`` then prepares it whole too).
@@ -420,9 +421,23 @@ class ZerobusSink:
             rows = self._slice_rows(batch)
             if rows >= batch.num_rows:
                 yield batch, at
-                continue
-            for start in range(0, batch.num_rows, rows):
-                yield batch.slice(start, rows), None if at is None else at + start
+            else:
+                for start in range(0, batch.num_rows, rows):
+                    piece = batch.slice(start, rows)
+                    if not in_memory:
+                        # A zero-copy slice pins its whole parent until the slice is acknowledged, so
+                        # the in-flight slices of a few large streamed batches would hold several
+                        # parents (the budget counts slices, not parents). A compact copy lets the
+                        # parent go as soon as the reader moves on; in-memory input is held by the
+                        # caller anyway, so its slices stay zero-copy. The copy comes from the
+                        # system allocator: Arrow's default pool (mimalloc) keeps freed blocks
+                        # resident, which measured ~80 MB more peak RSS with 100 MB batches.
+                        piece = pa.concat_batches([piece], memory_pool=pa.system_memory_pool())
+                    yield piece, None if at is None else at + start
+                del piece
+            # Let go of this batch before the reader builds the next: otherwise two input batches
+            # are alive at once, which is what bounds client memory for large batches.
+            del batch
 
     def _slice_rows(self, batch: pa.RecordBatch) -> int:
         """Rows per slice of ``batch``: ``max_batch_rows``, fewer if the batch is over ``max_batch_bytes``.

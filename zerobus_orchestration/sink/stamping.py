@@ -40,6 +40,7 @@ def with_positions(
         yield batch, at
         if at is not None:
             at += batch.num_rows
+        del batch  # not alive while the source builds the next one (two large batches at once)
 
 
 def check_input(table: str, batch: object, offset_column: str | None) -> None:

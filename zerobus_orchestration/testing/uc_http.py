@@ -1,33 +1,24 @@
-"""The fake Unity Catalog's HTTP side: the REST subset the ``databricks-sdk`` calls, routed to the fake.
+"""The fake Unity Catalog's HTTP side: authenticate, record, answer through the emulator's routes.
 
 Each request is authenticated (PAT, OAuth token or HTTP Basic for the token endpoint), recorded in
-``FakeUnityCatalog.requests`` and answered from the fake's state (``uc_fake``); this module holds no state.
+``FakeUnityCatalog.requests`` and answered by ``zerobus_orchestration.emulator.unity.routes`` from the
+fake's state; this module holds no state.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, urlsplit
+
+from zerobus_orchestration.emulator.unity import routes
+from zerobus_orchestration.emulator.unity.workspace import RecordedRequest
 
 if TYPE_CHECKING:
     from zerobus_orchestration.testing.uc_fake import FakeUnityCatalog
 
-TABLES_PATH = "/api/2.1/unity-catalog/tables"
-CREDENTIALS_PATHS = (
-    "/api/2.0/unity-catalog/temporary-table-credentials",
-    "/api/2.1/unity-catalog/temporary-table-credentials",
-)
-STATEMENTS_PATH = "/api/2.0/sql/statements"
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    method: str
-    path: str
-    auth: str  # "pat", "oauth", "basic", "none" or "invalid"
+__all__ = ["FakeUcHandler", "RecordedRequest"]
 
 
 class FakeUcHandler(BaseHTTPRequestHandler):
@@ -44,21 +35,9 @@ class FakeUcHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read ``fake.requests``
         return
 
-    # -- plumbing ---------------------------------------------------------------------------------
-
     def _body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
-
-    def _json_body(self) -> dict[str, Any]:
-        raw = self._body()
-        if not raw:
-            return {}
-        try:
-            parsed = json.loads(raw)
-        except json.JSONDecodeError:
-            return {}
-        return parsed if isinstance(parsed, dict) else {}
 
     def _send(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()
@@ -68,46 +47,30 @@ class FakeUcHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _error(self, status: int, error_code: str, message: str) -> None:
-        self._send(status, {"error_code": error_code, "message": message})
-
     def _route(self, method: str) -> None:
         split = urlsplit(self.path)
         path = split.path
         query = {k: v[0] for k, v in parse_qs(split.query).items()}
+        body = self._body()
         auth = self.fake.auth_kind(self.headers.get("Authorization"))
         self.fake.requests.append(RecordedRequest(method, path, auth))
-        if method == "GET" and path == "/.well-known/databricks-config":
-            url = self.fake.url
-            self._send(
-                200, {"oidc_endpoint": f"{url}/oidc", "workspace_id": self.fake.workspace_id, "cloud": "AWS"}
-            )
+        found = routes.discovery(self.fake, method, path, self.fake.url)
+        if found is not None:
+            self._send(*found)
             return
-        if method == "GET" and path == "/oidc/.well-known/oauth-authorization-server":
-            url = self.fake.url
-            self._send(
-                200,
-                {
-                    "issuer": f"{url}/oidc",
-                    "authorization_endpoint": f"{url}/oidc/v1/authorize",
-                    "token_endpoint": f"{url}/oidc/v1/token",
-                },
-            )
-            return
-        if method == "POST" and path == "/oidc/v1/token":
-            self._token()
+        if method == "POST" and path == routes.TOKEN_PATH:
+            self._token(body)
             return
         if not path.startswith("/api/"):
-            self._error(404, "ENDPOINT_NOT_FOUND", f"No API found for '{method} {path}'")
+            self._send(*routes.error(404, "ENDPOINT_NOT_FOUND", f"No API found for '{method} {path}'"))
             return
         if auth not in ("pat", "oauth"):
-            self._body()
-            self._error(401, "UNAUTHENTICATED", "Invalid or expired access token.")
+            self._send(*routes.error(401, "UNAUTHENTICATED", "Invalid or expired access token."))
             return
-        self._api(method, path, query)
+        self._send(*routes.handle_api(self.fake, method, path, query, body))
 
-    def _token(self) -> None:
-        form = {k: v[0] for k, v in parse_qs(self._body().decode()).items()}
+    def _token(self, body: bytes) -> None:
+        form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
         if form.get("grant_type") != "client_credentials":
             self._send(
                 400, {"error": "unsupported_grant_type", "error_description": "client_credentials only"}
@@ -126,95 +89,6 @@ class FakeUcHandler(BaseHTTPRequestHandler):
                 "scope": form.get("scope", "all-apis"),
             },
         )
-
-    def _api(self, method: str, path: str, query: dict[str, str]) -> None:
-        body = self._json_body() if method == "POST" else {}
-        if path.startswith(TABLES_PATH + "/") and method in ("GET", "DELETE"):
-            self._table(method, unquote(path[len(TABLES_PATH) + 1 :]))
-        elif path == TABLES_PATH and method == "GET":
-            self._list_tables(query)
-        elif path in CREDENTIALS_PATHS and method == "POST":
-            self._credentials(body)
-        elif path == STATEMENTS_PATH and method == "POST":
-            self._execute(body)
-        elif path.startswith(STATEMENTS_PATH + "/") and path.endswith("/cancel") and method == "POST":
-            found = self.fake.cancel_statement(path[len(STATEMENTS_PATH) + 1 : -len("/cancel")])
-            if found:
-                self._send(200, {})
-            else:
-                self._error(404, "RESOURCE_DOES_NOT_EXIST", "Statement not found")
-        elif path.startswith(STATEMENTS_PATH + "/") and method == "GET":
-            response = self.fake.poll_statement(path[len(STATEMENTS_PATH) + 1 :])
-            if response is None:
-                self._error(404, "RESOURCE_DOES_NOT_EXIST", f"Statement {path.rsplit('/', 1)[-1]} not found")
-            else:
-                self._send(200, response)
-        else:
-            self._error(404, "ENDPOINT_NOT_FOUND", f"No API found for '{method} {path}'")
-
-    # -- endpoints --------------------------------------------------------------------------------
-
-    def _table(self, method: str, full_name: str) -> None:
-        metastore = self.fake.metastore
-        with metastore.lock:
-            table = metastore.get_full(full_name)
-            if table is None:
-                self._error(404, "TABLE_DOES_NOT_EXIST", f"Table '{full_name}' does not exist.")
-                return
-            if method == "DELETE":
-                metastore.drop(table)
-                self._send(200, {})
-                return
-            info = table.table_info()
-        self._send(200, info)
-
-    def _list_tables(self, query: dict[str, str]) -> None:
-        catalog, schema = query.get("catalog_name"), query.get("schema_name")
-        if not catalog or not schema:
-            self._error(400, "INVALID_PARAMETER_VALUE", "catalog_name and schema_name are required")
-            return
-        with self.fake.metastore.lock:
-            tables = [t.table_info() for t in self.fake.metastore.list(catalog, schema)]
-        self._send(200, {"tables": tables})
-
-    def _credentials(self, body: dict[str, Any]) -> None:
-        operation = str(body.get("operation") or "READ")
-        table_id = str(body.get("table_id") or "")
-        with self.fake.metastore.lock:
-            table = self.fake.metastore.by_id(table_id)
-        if table is None:
-            self._error(404, "TABLE_DOES_NOT_EXIST", f"Table with id '{table_id}' does not exist.")
-            return
-        if operation not in ("READ", "READ_WRITE"):
-            self._error(400, "INVALID_PARAMETER_VALUE", f"Unknown operation {operation!r}")
-            return
-        if operation == "READ_WRITE" and table.table_type == "MANAGED":
-            self._error(
-                403,
-                "PERMISSION_DENIED",
-                f"Credential vending with write access is not supported for managed table {table.full_name}.",
-            )
-            return
-        issued = self.fake.credential_issuer.issue(table, operation)
-        self._send(
-            200,
-            {
-                "aws_temp_credentials": {
-                    "access_key_id": issued.access_key_id,
-                    "secret_access_key": issued.secret_access_key,
-                    "session_token": issued.session_token,
-                },
-                "expiration_time": issued.expiration_ms,
-                "url": table.storage_location,
-            },
-        )
-
-    def _execute(self, body: dict[str, Any]) -> None:
-        warehouse = body.get("warehouse_id")
-        if warehouse != self.fake.warehouse_id:
-            self._error(404, "RESOURCE_DOES_NOT_EXIST", f"SQL warehouse {warehouse!r} does not exist.")
-            return
-        self._send(200, self.fake.submit_statement(body))
 
     def do_GET(self) -> None:
         self._route("GET")

@@ -205,8 +205,8 @@ def test_retried_ingest_resumes_from_coverage_without_duplicates(
 
     real = files_module.iter_file_batches
 
-    def flaky(files: Any, batch_rows: int) -> Iterator[pa.RecordBatch]:
-        for index, batch in enumerate(real(files, batch_rows)):
+    def flaky(files: Any, batch_rows: int, schema: Any = None) -> Iterator[pa.RecordBatch]:
+        for index, batch in enumerate(real(files, batch_rows, schema)):
             if index == 3:
                 raise ConnectionResetError("network blip while reading the landing zone")
             yield batch
@@ -384,18 +384,22 @@ def test_deferrable_sensor_defers_with_primitives_then_completes(
             poke_interval=0.1,
             timeout=30,
         )
-    hook.write("main.raw.sensed_orders", _orders(0, 9), source="sensing/ingest", partition="manual__s/-1")
+    written = hook.write(
+        "main.raw.sensed_orders", _orders(0, 9), source="sensing/ingest", partition="manual__s/-1"
+    )
+    context = _xcom_context("manual__s", {("ingest", -1): written.as_dict()})  # the ingest's XCom
     before = time.time()
     with pytest.raises(TaskDeferred) as deferred:
-        sensor.execute(_context("manual__s"))
+        sensor.execute(context)
     trigger = deferred.value.trigger
     assert isinstance(trigger, ZerobusReadbackTrigger)
     assert deferred.value.method_name == "execute_complete"
     assert (trigger.source, trigger.partition) == ("sensing/ingest", "manual__s/-1")
+    assert trigger.ranges == [[0, 9]], "the trigger verifies what the ingest's XCom says it delivered"
     assert before + 29 <= trigger.end_time <= time.time() + 30
     json.dumps(trigger.serialize()[1])
 
-    result = sensor.execute_complete(_context("manual__s"), first_event(trigger))
+    result = sensor.execute_complete(context, first_event(trigger))
     assert result["verified"] is True and result["rows_scanned"] == 9
 
 

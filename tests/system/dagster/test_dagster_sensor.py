@@ -11,8 +11,6 @@ from dagster_defs import ZerobusIOManager, ZerobusResource, build_readback_senso
 from dagster_defs.naming import RESUME_PARTITION_TAG, RESUME_SOURCE_TAG
 from dagster_defs.sensors import RECOVERY_TAG, ReadbackCursor
 from tests.support.dagster_support import fast_config
-from zerobus_orchestration.ranges import CoverageKey, OffsetRange
-from zerobus_orchestration.runtime import DEFAULT_SINK_ID, source_tag
 
 CLICKS_KEY = dg.AssetKey(["raw", "clicks"])
 LAG_S = 1.5  # long enough that the first tick right after the durable write sees nothing in Iceberg
@@ -187,21 +185,34 @@ def test_readback_check_in_a_job_waits_for_iceberg_and_passes(tmp_path: Path) ->
 
 
 def test_covered_rows_not_visible_wait_until_max_lag_then_fail_the_check(tmp_path: Path) -> None:
-    """Zerobus commits acknowledged rows asynchronously: covered rows missing from the snapshot are
-    waited for (cursor unchanged, no recovery) until ``max_lag_s``, then judged as a failed check."""
-    zerobus, instance, result = _setup(tmp_path)
+    """Zerobus commits acknowledged rows asynchronously: delivered rows missing from the snapshot are
+    waited for (cursor unchanged, no recovery) until ``max_lag_s``, then judged as a failed check.
+
+    What was delivered is the materialisation's own record (its ``zerobus/*`` offsets), not a coverage
+    file of the verifying host: a record claiming 10 rows beyond the 300 written stands for them."""
+    zerobus, instance, _ = _setup(tmp_path)
     assert zerobus.runtime.verify_readback("main.raw.clicks", source="raw/clicks").verified  # past the lag
-    partition = f"@{result.run_id}"
-    key = CoverageKey(DEFAULT_SINK_ID, source_tag("raw/clicks", partition), partition)
-    zerobus.runtime.coverage("main.raw.clicks").record(key, OffsetRange(300, 310))  # never delivered
+    written = instance.fetch_materializations(CLICKS_KEY, limit=1).records[0]
+    assert written.asset_materialization is not None
+    claimed = {k: v.value for k, v in written.asset_materialization.metadata.items()}
+    claimed.update({"zerobus/offset_end": 310, "zerobus/rows_written": 310})  # 10 never delivered
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(
+            asset_key=CLICKS_KEY,
+            metadata={k: v for k, v in claimed.items() if k.startswith("zerobus/")},
+        )
+    )
+    start = ReadbackCursor()
+    start.of("raw/clicks").verified = written.storage_id  # judge the claiming record only
+    cursor = start.dumps()
 
     patient = build_readback_sensor([CLICKS_KEY], check_name="iceberg_readback", max_lag_s=600)
-    waiting = _tick(patient, instance, zerobus, None)
+    waiting = _tick(patient, instance, zerobus, cursor)
     assert isinstance(waiting, dg.SkipReason), "missing rows may still be committing: wait"
     assert "10 delivered row(s)" in (waiting.skip_message or "")
 
     impatient = build_readback_sensor([CLICKS_KEY], check_name="iceberg_readback", max_lag_s=0.0)
-    judged = _tick(impatient, instance, zerobus, None)
+    judged = _tick(impatient, instance, zerobus, cursor)
     assert isinstance(judged, dg.SensorResult) and not judged.run_requests
     observation, evaluation = judged.asset_events
     assert isinstance(evaluation, dg.AssetCheckEvaluation) and not evaluation.passed

@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 
 from tests.support.killed_writer import SOURCE as WRITER_SOURCE
 from tests.support.killed_writer import TABLE, orders
-from tests.support.runtime_helpers import RESUME_CAPACITY, fast_config, resume_config
+from tests.support.runtime_helpers import fast_config, resume_config
 from zerobus_orchestration.emulator.faults import FaultKind, FaultSpec
 from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.reserved import OFFSET, SOURCE
@@ -118,16 +118,17 @@ def test_a_killed_writer_resumes_sending_only_the_gaps(tmp_path: Path) -> None:
         assert 0 < covered_rows < rows, "the kill must land mid-write"
 
         retry = runtime.write(TABLE, orders(rows, batch_rows), source=WRITER_SOURCE)
-        assert retry.rows_skipped == covered_rows  # nothing coverage holds is sent again
-        assert retry.rows_written == rows - covered_rows
+        # Nothing coverage holds is sent again, nor what the table shows beyond it (acks the kill lost).
+        assert retry.rows_skipped >= covered_rows
+        assert retry.rows_written + retry.rows_skipped == rows
 
         present = _offsets_in_delta(runtime, TABLE)
         assert len(present) == rows and pc.min(present).as_py() == 0 and pc.max(present).as_py() == rows - 1
         report = runtime.verify_readback(TABLE, source=WRITER_SOURCE)
         assert report.verified
-        # Duplicates come only from batches that were durable but not yet recorded when the writer
-        # died: at most what one stream keeps in flight (its ack channel), plus the batch being pushed.
-        assert report.duplicate_count <= (RESUME_CAPACITY + 1) * batch_rows
-        assert report.rows_scanned == rows + report.duplicate_count
+        # Batches durable but not yet recorded when the writer died are in the table once the new
+        # emulator replayed the dead one's WAL, and the resume skipped them too: nothing is in it twice.
+        assert report.duplicate_count == 0
+        assert report.rows_scanned == rows
     finally:
         close_all_runtimes()

@@ -6,14 +6,13 @@ scans in the Iceberg tests); the Dagster instance and its materialisation record
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import dagster as dg
 import pytest
 
 from dagster_defs.metadata import KEY_PARTITION, KEY_SOURCE, KEY_TABLE
-from dagster_defs.sensors import ReadbackCursor, ReadbackSensorSettings, evaluate_tick
+from dagster_defs.sensors import ReadbackCursor, ReadbackSensorSettings, WriteTarget, evaluate_tick
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
 
 KEY = dg.AssetKey(["raw", "clicks"])
@@ -35,14 +34,14 @@ GAP = {
 
 
 class _Runtime:
+    """Stands in for the sensor's read-only attempt (``dagster_defs.sensors._attempt``)."""
+
     def __init__(self, outcome: ReadbackOutcome) -> None:
         self.outcome = outcome
         self.calls: list[tuple[str, str | None, str | None]] = []
 
-    def verify_readback_once(
-        self, table: str, *, source: str | None = None, partition: str | None = None
-    ) -> ReadbackOutcome:
-        self.calls.append((table, source, partition))
+    def __call__(self, target: WriteTarget) -> ReadbackOutcome:
+        self.calls.append((target.table, target.source, target.partition))
         return self.outcome
 
 
@@ -64,7 +63,7 @@ def _tick(outcome: ReadbackOutcome, *, max_lag_s: float, rows: int = 3) -> tuple
     runtime = _Runtime(outcome)
     settings = ReadbackSensorSettings((KEY,), "zerobus", max_lag_s, "iceberg_readback", True, 25)
     cursor = ReadbackCursor()
-    tick = evaluate_tick(instance, SimpleNamespace(runtime=runtime), settings, cursor)  # type: ignore[arg-type]
+    tick = evaluate_tick(instance, runtime, settings, cursor)
     assert runtime.calls == [(TABLE, "raw/clicks", "run-1")]
     return tick, cursor, storage_id
 

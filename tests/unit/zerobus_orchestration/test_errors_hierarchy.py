@@ -22,10 +22,10 @@ PACKAGES = ("zerobus_orchestration", "dagster_defs", "airflow_provider")
 
 # Exceptions defined in the packages that are deliberately not ours to classify, with the reason.
 NOT_PACKAGE_ERRORS = {
-    # The fake Unity Catalog's model of a *service-side* SQL error: the fake catches it and answers with a
-    # FAILED statement, which the client turns into StatementFailedError. Its ``error_class`` is the
+    # The local Unity Catalog's model (emulator and test fake) of a *service-side* SQL error: it is answered
+    # as a FAILED statement, which the client turns into StatementFailedError. Its ``error_class`` is the
     # Databricks error-class text, not our ErrorClass.
-    "zerobus_orchestration.testing.uc_state.StatementFailure",
+    "zerobus_orchestration.emulator.unity.state.StatementFailure",
 }
 
 

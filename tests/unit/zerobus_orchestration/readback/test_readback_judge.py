@@ -35,7 +35,10 @@ S = ReadbackStatus
         (NoSuchTableError("main.raw.t"), S.NOT_VISIBLE_YET),
         (NoSuchNamespaceError("main.raw"), S.NOT_VISIBLE_YET),
         (ReadbackTimeoutError("lagging"), S.NOT_VISIBLE_YET),
-        (CatalogError("table main.raw.t does not exist"), S.NOT_VISIBLE_YET),
+        # Judged by type, never by message text: a catalog error is a fault whatever it says (a table
+        # the catalog does not know is found by ``describe`` returning None, before the attempt).
+        (CatalogError("table main.raw.t does not exist"), S.FAILED),
+        (ConfigError("catalog 'mian' not found"), S.FAILED),
         (TransientError("unavailable"), S.UNAVAILABLE),
         (StreamPoisonedError("poisoned"), S.UNAVAILABLE),
         (ConcurrencyRejectedError("busy"), S.UNAVAILABLE),

@@ -1,0 +1,164 @@
+"""A killed writer's re-run skips what the table shows delivered, not only what its coverage cache holds.
+
+Real processes: a writer is SIGKILLed mid-write, a second one resumes. Either on the same state dir
+(its cache lags the table: acknowledgements withheld by the emulator, so rows are durable but never
+recorded), or on a state dir of its own (an empty cache: another host), against a shared emulator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable
+
+from tests.support.killed_writer import SOURCE, TABLE, orders
+from tests.support.runtime_helpers import RESUME_CAPACITY
+from zerobus_orchestration.config import EmulatorConfig, ZerobusConfig
+from zerobus_orchestration.emulator.server import Emulator
+from zerobus_orchestration.intervals import covered_count
+from zerobus_orchestration.reserved import OFFSET
+from zerobus_orchestration.reserved import SOURCE as SOURCE_COLUMN
+from zerobus_orchestration.runtime import ZerobusRuntime, acquire_runtime, close_all_runtimes
+from zerobus_orchestration.tables import table_uri
+from zerobus_orchestration.testing.settings import TEST_SDK_OPTIONS
+
+ROWS, BATCH_ROWS = 200_000, 2_000
+FAST_CATCH_UP = {"catch_up_settle_s": 0.5, "catch_up_max_s": 15.0}
+
+
+@pytest.fixture(autouse=True)
+def _no_runtime_left() -> Iterator[None]:
+    yield
+    close_all_runtimes()
+
+
+def kill_writer_after(settings: dict[str, Any], batch: int, *extra: str, linger_s: float = 0.0) -> None:
+    """Start ``truth_writer`` with ``settings`` and SIGKILL it ``linger_s`` after it took ``batch`` batches."""
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.support.truth_writer",
+            json.dumps(settings),
+            str(ROWS),
+            str(BATCH_ROWS),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[3],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        assert writer.stdout is not None
+        for line in writer.stdout:
+            if line.strip() == f"batch {batch}":
+                break
+        else:
+            raise AssertionError(f"writer ended early with {writer.wait()}")
+        time.sleep(linger_s)
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=30)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+
+
+def offsets_in_table(warehouse: Path) -> pa.Array:
+    rows = DeltaTable(table_uri(str(warehouse), TABLE)).to_pyarrow_table(columns=[SOURCE_COLUMN, OFFSET])
+    return rows.filter(pc.equal(rows[SOURCE_COLUMN], SOURCE)).column(OFFSET).combine_chunks()
+
+
+def visible(runtime: ZerobusRuntime) -> int:
+    """Positions of the writer's source the table shows now (every acknowledged row committed first)."""
+    runtime.delta_version(TABLE)
+    count: int = pc.count_distinct(offsets_in_table(Path(runtime.config.warehouse))).as_py()
+    return count
+
+
+def test_same_state_dir_skips_rows_durable_but_never_recorded(tmp_path: Path) -> None:
+    """The writer's emulator withholds acks after batch 5: what follows is durable, never recorded."""
+    settings: dict[str, Any] = {
+        "warehouse": str(tmp_path / "wh"),
+        "emulator": {"mode": "in_process", "time_to_table_s": 0.2, "iceberg_lag_s": 0.3},
+        "sdk": TEST_SDK_OPTIONS.model_dump(),
+        "pool": {"ack_channel_capacity": RESUME_CAPACITY},
+        "coverage": FAST_CATCH_UP,
+    }
+    # Acks stop after batch 5; kill well before the ack channel fills (a full channel blocks the writer
+    # until the SDK's lack-of-ack timeout reconnects on a stream the fault no longer covers), once the
+    # unacknowledged batches had a moment to reach the write-ahead log.
+    kill_writer_after(settings, 8, "5", linger_s=0.3)
+
+    runtime = acquire_runtime(ZerobusConfig.model_validate(settings))  # replays the dead writer's WAL
+    cached = covered_count(runtime.covered(TABLE, source=SOURCE))
+    durable = visible(runtime)
+    assert cached <= 6 * BATCH_ROWS, "acknowledgements after batch 5 were withheld"
+    assert durable > cached, "the withheld batches must be durable (the fault acted)"
+
+    result = runtime.write(TABLE, orders(ROWS, BATCH_ROWS), source=SOURCE)
+    assert result.rows_skipped == durable  # the table's word, not only the cache's
+    assert result.rows_written + result.rows_skipped == ROWS
+    present = offsets_in_table(tmp_path / "wh")
+    assert pc.count_distinct(present).as_py() == ROWS
+    assert len(present) == ROWS, "nothing durable was sent again"
+    # Learnt from the table into the cache: rows visible in the table are durable.
+    assert runtime.covered(TABLE, source=SOURCE)[0].end == ROWS
+
+
+@pytest.fixture
+def shared_emulator(tmp_path: Path) -> Iterator[Emulator]:
+    """One Zerobus endpoint both writers reach over the network, committing on its own (like Zerobus)."""
+    emulator = Emulator(
+        str(tmp_path / "wh"), EmulatorConfig(time_to_table_s=0.2, iceberg_lag_s=0.0), iceberg=False
+    ).start()
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+def remote_settings(emulator: Emulator, warehouse: Path, state_dir: Path) -> dict[str, Any]:
+    return {
+        "endpoint": emulator.endpoint,
+        "workspace_url": emulator.workspace_url,
+        "client_id": emulator.client_id,
+        "client_secret": emulator.client_secret,
+        "warehouse": str(warehouse),
+        "state_dir": str(state_dir),
+        "sdk": TEST_SDK_OPTIONS.model_dump(),
+        "pool": {"ack_channel_capacity": RESUME_CAPACITY},
+        "coverage": FAST_CATCH_UP,
+    }
+
+
+def test_another_state_dir_resumes_from_the_table(tmp_path: Path, shared_emulator: Emulator) -> None:
+    """Writer B has its own state dir (an empty cache, as on another host): the table tells it all."""
+    warehouse = tmp_path / "wh"
+    kill_writer_after(remote_settings(shared_emulator, warehouse, tmp_path / "host-a"), 40)
+
+    runtime = acquire_runtime(
+        ZerobusConfig.model_validate(remote_settings(shared_emulator, warehouse, tmp_path / "host-b"))
+    )
+    assert runtime.covered(TABLE, source=SOURCE) == ()  # nothing shared with host A but the lakehouse
+    result = runtime.write(TABLE, orders(ROWS, BATCH_ROWS), source=SOURCE)
+
+    shared_emulator.materialize_now(TABLE)
+    present = offsets_in_table(warehouse)
+    delivered_by_a = len(present) - result.rows_written
+    assert result.rows_skipped > 0 and result.rows_skipped == delivered_by_a
+    assert result.rows_written + result.rows_skipped == ROWS
+    assert pc.count_distinct(present).as_py() == ROWS
+    assert len(present) == ROWS, "nothing host A delivered was sent again"
+    assert result.rows_resent_after_crash == 0  # A's rows were contiguous: no hole was re-sent

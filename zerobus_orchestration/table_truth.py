@@ -1,0 +1,153 @@
+"""Delivered positions read from the raw table itself: the ground truth every host can read.
+
+Every row the sink writes carries ``_twg_source`` (``coverage.source_tag(source, partition)``) and
+``_twg_offset`` (its position within that source and partition). So which positions of (source,
+partition) are durable can be recomputed from the table alone, on any host, with the credentials a
+write already has: the table's location from the catalog, storage options vended by the catalog where
+it vends (Unity, s3 role vending), else the configured ones. See ``docs/adr/0002-coverage-home.md``.
+
+The read goes through the Delta log: files whose ``_twg_source`` statistics exclude the tag are pruned
+before any data is read, only ``_twg_offset`` is projected, and the rows are filtered on the tag
+(Parquet row groups pruned by their statistics). A table whose protocol pyarrow datasets cannot read
+(column mapping, deletion vectors) is read through deltalake's DataFusion engine instead.
+
+Rows visible in the table are durable, so what this returns never claims a row that is not.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from pydantic import SecretStr
+
+from zerobus_orchestration.catalog.base import TableCatalog
+from zerobus_orchestration.config import ZerobusConfig
+from zerobus_orchestration.coverage import source_tag
+from zerobus_orchestration.errors import CatalogError, NotSupportedError
+from zerobus_orchestration.ranges import OffsetRange
+from zerobus_orchestration.reserved import OFFSET, SOURCE
+from zerobus_orchestration.storage import Access, config_storage_options, reveal, with_credentials
+from zerobus_orchestration.tables import TableName
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+log = logging.getLogger(__name__)
+
+
+class TableTruthError(CatalogError):
+    """The table's Delta log or files could not be read (permissions, a missing or damaged file)."""
+
+
+@dataclass(frozen=True)
+class TableReader:
+    """How to read one table's Delta log. ``storage_options`` may hold secrets (never logged)."""
+
+    table: str
+    uri: str
+    storage_options: Mapping[str, SecretStr]
+
+    def __repr__(self) -> str:  # the options are secrets: name only their keys
+        return f"TableReader(table={self.table!r}, uri={self.uri!r}, options={sorted(self.storage_options)})"
+
+
+def reader_for(catalog: TableCatalog, config: ZerobusConfig, table: str) -> TableReader | None:
+    """A reader of ``table`` as the catalog describes it now; ``None`` when the table does not exist."""
+    name = TableName.parse(table).full_name
+    state = catalog.describe(name)
+    if state is None:
+        return None
+    if not state.location:
+        raise CatalogError(
+            f"table {name}: the catalog gives no storage location, so its delivered rows cannot be read. "
+            "Fix: check the catalog entry of the table (Unity: storage_location)."
+        )
+    base = config_storage_options(config)
+    if not state.registered:
+        # A table this catalog has not registered (the local backend's registry is per state dir: a
+        # table another host created) has nobody to vend for it: the writer's own storage options.
+        options = base
+    else:
+        try:
+            vended = catalog.vend_credentials(name, Access.READ)
+        except NotSupportedError:
+            options = base  # this backend does not vend
+        else:
+            options = with_credentials(base, vended)
+    return TableReader(name, state.location, {k: SecretStr(v) for k, v in options.items()})
+
+
+def delivered_offsets(reader: TableReader, *, source: str, partition: str = "") -> pa.Array:
+    """Every ``_twg_offset`` of (source, partition) in the table, unsorted, duplicates kept (int64)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError, DeltaProtocolError
+
+    tag = source_tag(source, partition)
+    try:
+        table = DeltaTable(reader.uri, storage_options=reveal(reader.storage_options) or None)
+        try:
+            dataset = table.to_pyarrow_dataset(file_pruning_predicate=[(SOURCE, "=", tag)])
+        except DeltaProtocolError:
+            # Column mapping or deletion vectors: pyarrow datasets refuse them, DataFusion reads them.
+            offsets = _offsets_via_datafusion(table, tag)
+        else:
+            offsets = dataset.to_table(columns=[OFFSET], filter=ds.field(SOURCE) == tag).column(OFFSET)
+    except (DeltaError, OSError, pa.ArrowException) as exc:
+        raise TableTruthError(
+            f"table {reader.table}: cannot read {SOURCE}/{OFFSET} at {reader.uri}: {exc}"
+        ) from exc
+    combined = offsets.combine_chunks() if isinstance(offsets, pa.ChunkedArray) else offsets
+    return pc.cast(combined, pa.int64())
+
+
+def delivered_ranges(reader: TableReader, *, source: str, partition: str = "") -> tuple[OffsetRange, ...]:
+    """Positions of (source, partition) visible in the table, merged: sorted, disjoint, non-adjacent."""
+    return offsets_to_ranges(delivered_offsets(reader, source=source, partition=partition))
+
+
+def table_version(reader: TableReader) -> int:
+    """The table's latest Delta version (cheap: the log only); the catch-up polls it."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    try:
+        return int(DeltaTable(reader.uri, storage_options=reveal(reader.storage_options) or None).version())
+    except (DeltaError, OSError) as exc:
+        raise TableTruthError(
+            f"table {reader.table}: cannot read the Delta log at {reader.uri}: {exc}"
+        ) from exc
+
+
+def offsets_to_ranges(offsets: pa.Array) -> tuple[OffsetRange, ...]:
+    """Distinct positions merged into half-open ranges (vectorised: millions of offsets in milliseconds)."""
+    values = offsets.drop_null().to_numpy(zero_copy_only=False)
+    if values.size == 0:
+        return ()
+    ordered = np.sort(values)  # sort + neighbour compare: several times faster than np.unique here
+    ordered = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+    breaks = np.flatnonzero(np.diff(ordered) != 1)
+    starts = ordered[np.concatenate(([0], breaks + 1))]
+    ends = ordered[np.concatenate((breaks, [ordered.size - 1]))] + 1
+    return tuple(OffsetRange(int(s), int(e)) for s, e in zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+def _offsets_via_datafusion(table: DeltaTable, tag: str) -> pa.Array:
+    from deltalake import QueryBuilder
+
+    quoted = tag.replace("'", "''")  # a SQL string literal: the only escape it needs
+    rows = (
+        QueryBuilder()
+        .register("raw", table)
+        .execute(f'SELECT "{OFFSET}" FROM raw WHERE "{SOURCE}" = \'{quoted}\'')
+        .read_all()
+    )
+    if rows.num_rows == 0:
+        return pa.array([], pa.int64())
+    return rows.column(OFFSET).combine_chunks()
