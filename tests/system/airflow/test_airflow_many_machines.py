@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -29,6 +27,7 @@ import pytest
 from deltalake import DeltaTable
 
 import tests.support.airflow_many_machines_dag as dag_source
+from tests.support.local_cloud import clean_env, serve
 from zerobus_orchestration.tables import table_uri
 
 pytestmark = [
@@ -43,34 +42,15 @@ RUN_ID = "manual__many_machines"
 LOGICAL_DATE = pendulum.datetime(2026, 1, 2, tz="UTC")
 
 
-def _base_env() -> dict[str, str]:
-    """This process's environment (AIRFLOW_HOME, so the same SQLite metadata DB) minus every setting of
-    ours, the proxies (the official SDK would tunnel 127.0.0.1 through them) and any Databricks profile."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ZEROBUS_", "DATABRICKS_")) and "proxy" not in k.lower()
-    }
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-    env["DATABRICKS_CONFIG_FILE"] = "/nonexistent/databrickscfg"
-    return env
-
-
 @pytest.fixture
 def local_cloud(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """``zerobus-orch serve --json`` on its own warehouse folder; yields what it printed."""
     # Iceberg lags the Delta commit by 30 s, so the sensor usually finds nothing yet and defers: the trigger
     # (inline in ``tasks test``, as on a triggerer) then verifies the record its kwargs carry. Under heavy
     # load it may verify on its first check instead; either way it must verify the ingest's record.
-    env = _base_env() | {"ZEROBUS_EMULATOR__CLIENT_SECRET": SECRET, "ZEROBUS_EMULATOR__ICEBERG_LAG_S": "30"}
-    command = [str(BIN / "zerobus-orch"), "serve", "--warehouse", str(tmp_path / "cloud"), "--json"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        yield json.loads(proc.stdout.readline())
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
+    env = clean_env() | {"ZEROBUS_EMULATOR__CLIENT_SECRET": SECRET, "ZEROBUS_EMULATOR__ICEBERG_LAG_S": "30"}
+    with serve(str(tmp_path / "cloud"), env) as info:
+        yield info
 
 
 def _host(cloud: dict[str, Any], root: Path, dags: Path) -> dict[str, str]:
@@ -92,7 +72,8 @@ def _host(cloud: dict[str, Any], root: Path, dags: Path) -> dict[str, str]:
             },
         },
     }
-    return _base_env() | {
+    # clean_env keeps AIRFLOW_HOME, so every host uses this process's SQLite metadata DB.
+    return clean_env() | {
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
         f"AIRFLOW_CONN_{dag_source.CONN_ID.upper()}": json.dumps(connection),
     }

@@ -8,10 +8,6 @@ point at Catalog Explorer.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -23,13 +19,13 @@ import pytest
 from airflow.sdk import DAG
 
 from airflow_provider.operators.ingest import ZerobusIngestOperator
+from tests.support.local_cloud import clean_env, serve
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient` is deprecated"),
 ]
 
-CLI = str(Path(sys.executable).with_name("zerobus-orch"))
 SECRET = "airflow-remote-test-secret"
 TABLE = "main.raw.remote_orders"
 
@@ -37,17 +33,9 @@ TABLE = "main.raw.remote_orders"
 @pytest.fixture
 def local_cloud(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """``zerobus-orch serve --json`` on its own warehouse; yields what it printed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ZEROBUS_") and "proxy" not in k.lower()}
-    env |= {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
-    env["ZEROBUS_EMULATOR__CLIENT_SECRET"] = SECRET
-    command = [CLI, "serve", "--warehouse", str(tmp_path / "cloud"), "--json"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        yield json.loads(proc.stdout.readline())
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+    env = clean_env() | {"ZEROBUS_EMULATOR__CLIENT_SECRET": SECRET}
+    with serve(str(tmp_path / "cloud"), env) as info:
+        yield info
 
 
 def test_a_remote_ingest_links_catalog_explorer_and_emits_the_workspace_asset(

@@ -14,11 +14,9 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,41 +24,23 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from tests.support.local_cloud import CLI, Cloud, clean_env, production_env, serve
 from zerobus_orchestration.catalog.unity import workspace_client
 from zerobus_orchestration.tables import table_uri
 from zerobus_orchestration.testing.moto_s3 import S3Lab
 
 pytestmark = pytest.mark.integration
 
-CLI = str(Path(sys.executable).with_name("zerobus-orch"))
 TABLE = "main.mh.events"
 ROWS = 5_000
 SECRET = "local-cloud-test-secret"
-
-
-def _base_env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("ZEROBUS_") and "proxy" not in k.lower() and not k.startswith("DATABRICKS_")
-    }
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-    env["DATABRICKS_CONFIG_FILE"] = "/nonexistent/databrickscfg"  # no developer profile leaks in
-    return env
-
-
-@dataclass(frozen=True)
-class Cloud:
-    info: dict[str, object]  # what ``serve --json`` printed
-    store: dict[str, str]  # object-store options every process names (endpoint, region), no keys
-    admin: dict[str, str] | None  # the store's admin keys, for the test's own checks
 
 
 @pytest.fixture(params=["folder", "s3"])
 def local_cloud(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cloud]:
     """``zerobus-orch serve --json`` on a fresh warehouse, its client secret set the documented way."""
     # Throttled per stream, so that a writer killed after its first commit is still mid-write.
-    env = _base_env() | {"ZEROBUS_EMULATOR__CLIENT_SECRET": SECRET, "ZEROBUS_EMULATOR__PER_STREAM_MB_S": "4"}
+    env = clean_env() | {"ZEROBUS_EMULATOR__CLIENT_SECRET": SECRET, "ZEROBUS_EMULATOR__PER_STREAM_MB_S": "4"}
     store: dict[str, str] = {}
     admin: dict[str, str] | None = None
     warehouse = str(tmp_path / "cloud")
@@ -71,34 +51,13 @@ def local_cloud(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Clou
         store = {k: v for k, v in admin.items() if "KEY" not in k}
         env |= {f"ZEROBUS_STORAGE_OPTIONS__{k}": v for k, v in admin.items()}
         env["ZEROBUS_STATE_DIR"] = str(tmp_path / "cloud_state")
-    command = [CLI, "serve", "--warehouse", warehouse, "--json"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        yield Cloud(json.loads(proc.stdout.readline()), store, admin)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
+    with serve(warehouse, env) as info:
+        yield Cloud(info, store, admin)
 
 
 def _host(cloud: Cloud, root: Path) -> dict[str, str]:
     """A worker's environment: the production variables, its own state folder and empty warehouse."""
-    (root / "warehouse").mkdir(parents=True)
-    info = cloud.info
-    return (
-        _base_env()
-        | {f"ZEROBUS_STORAGE_OPTIONS__{k}": v for k, v in cloud.store.items()}
-        | {
-            "ZEROBUS_ENDPOINT": str(info["endpoint"]),
-            "ZEROBUS_WORKSPACE_URL": str(info["workspace_url"]),
-            "ZEROBUS_CLIENT_ID": str(info["client_id"]),
-            "ZEROBUS_CLIENT_SECRET": SECRET,
-            "ZEROBUS_CATALOG__BACKEND": "unity",
-            "ZEROBUS_CATALOG__SQL_WAREHOUSE_ID": str(info["sql_warehouse_id"]),
-            "ZEROBUS_STATE_DIR": str(root / "state"),
-            "ZEROBUS_WAREHOUSE": str(root / "warehouse"),
-        }
-    )
+    return clean_env() | production_env(cloud.info, SECRET, root, cloud.store)
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -120,8 +79,12 @@ def test_the_production_configuration_runs_unchanged_against_serve(
     assert result["rows_written"] == ROWS and result["rows_skipped"] == 0
 
     # The table was created through SQL DDL on the local cloud, and the rows landed in the service's
-    # warehouse, not in the writer's (which stays empty).
+    # warehouse, not in the writer's (which stays empty). The write returned once its rows were durable;
+    # they reach the Delta table with the service's next commit (time to table), so wait for it.
     served = table_uri(str(local_cloud.info["warehouse"]), TABLE)
+    deadline = time.monotonic() + 60
+    while _rows_in(local_cloud) < ROWS and time.monotonic() < deadline:
+        time.sleep(0.1)
     rows = DeltaTable(served, storage_options=local_cloud.admin).to_pyarrow_table().column("id").to_pylist()
     assert sorted(rows) == list(range(ROWS))
     assert list((tmp_path / "host_a" / "warehouse").iterdir()) == []

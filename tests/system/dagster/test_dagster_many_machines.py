@@ -19,7 +19,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,61 +34,30 @@ from tests.support.dagster_many_machines import (
     ROWS,
     STEPS,
 )
+from tests.support.local_cloud import Cloud, clean_env, production_env, serve
 from zerobus_orchestration.tables import table_uri
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # a crash test, ~50 s
 
 REPO = Path(__file__).resolve().parents[3]  # the hosts run ``python -m tests.support.dagster_many_machines``
-CLI = str(Path(sys.executable).with_name("zerobus-orch"))
 SECRET = "many-machines-dagster-secret"
-
-
-def _base_env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("ZEROBUS_", "DATABRICKS_", "DAGSTER_")) and "proxy" not in k.lower()
-    }
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-    env["DATABRICKS_CONFIG_FILE"] = "/nonexistent/databrickscfg"  # no developer profile leaks in
-    return env
-
-
-@dataclass(frozen=True)
-class Cloud:
-    info: dict[str, object]  # what ``serve --json`` printed
 
 
 @pytest.fixture
 def local_cloud(tmp_path: Path) -> Iterator[Cloud]:
     """``zerobus-orch serve --json`` on a fresh folder warehouse, its client secret set the documented way."""
     # Throttled per stream, so that a step killed after its first commit is still mid-write.
-    env = _base_env() | {"ZEROBUS_EMULATOR__CLIENT_SECRET": SECRET, "ZEROBUS_EMULATOR__PER_STREAM_MB_S": "4"}
-    command = [CLI, "serve", "--warehouse", str(tmp_path / "cloud"), "--json"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        yield Cloud(json.loads(proc.stdout.readline()))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
+    env = clean_env("DAGSTER_") | {
+        "ZEROBUS_EMULATOR__CLIENT_SECRET": SECRET,
+        "ZEROBUS_EMULATOR__PER_STREAM_MB_S": "4",
+    }
+    with serve(str(tmp_path / "cloud"), env) as info:
+        yield Cloud(info)
 
 
 def _host(cloud: Cloud, root: Path, instance: Path) -> dict[str, str]:
     """A worker's environment: the production variables, its own state folder and empty warehouse."""
-    (root / "warehouse").mkdir(parents=True)
-    info = cloud.info
-    return _base_env() | {
-        "ZEROBUS_ENDPOINT": str(info["endpoint"]),
-        "ZEROBUS_WORKSPACE_URL": str(info["workspace_url"]),
-        "ZEROBUS_CLIENT_ID": str(info["client_id"]),
-        "ZEROBUS_CLIENT_SECRET": SECRET,
-        "ZEROBUS_CATALOG__BACKEND": "unity",
-        "ZEROBUS_CATALOG__SQL_WAREHOUSE_ID": str(info["sql_warehouse_id"]),
-        "ZEROBUS_STATE_DIR": str(root / "state"),
-        "ZEROBUS_WAREHOUSE": str(root / "warehouse"),
-        "DAGSTER_HOME": str(instance),
-    }
+    return clean_env("DAGSTER_") | production_env(cloud.info, SECRET, root) | {"DAGSTER_HOME": str(instance)}
 
 
 HOST_MODULE = [sys.executable, "-m", "tests.support.dagster_many_machines"]

@@ -287,6 +287,11 @@ def test_schema_change_drains_and_reopens_every_member_with_the_new_schema(metri
     sink.push(rows(0, 2))
     sink.push(pa.record_batch({"v": pa.array([2, 3], pa.int64()), "extra": ["a", "b"]}))
     sink.flush()
+    # The supervisor re-opens the member that carried no batch of the new schema in the background
+    # (the flush waits only for the batches sent): give it a bounded moment under a loaded machine.
+    deadline = time.monotonic() + 10
+    while len(transport.streams(TABLE)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
     streams = transport.streams(TABLE)
     assert len(streams) == 4  # two members, each re-opened once for the new schema
     assert all("extra" in s.schema.names for s in streams[2:])
