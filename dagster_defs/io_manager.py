@@ -44,6 +44,7 @@ from dagster_defs.metadata import (
     write_metadata,
 )
 from dagster_defs.naming import (
+    META_WRITE_MODE,
     RESUME_PARTITION_TAG,
     RESUME_SOURCE_TAG,
     AssetOptions,
@@ -58,6 +59,9 @@ from zerobus_orchestration.config import Role
 from zerobus_orchestration.errors import NothingToVerifyError, PlanRefusedError, WriteBoundaryError
 from zerobus_orchestration.reserved import is_reserved
 from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.write_modes import WriteMode
+
+SUPERSEDED = "zerobus/superseded_runs"  # output metadata of a replace write: the runs whose rows it deleted
 
 
 class ZerobusIOManager(dg.ConfigurableIOManagerFactory):  # type: ignore[type-arg]
@@ -81,7 +85,9 @@ class ZerobusIOManager(dg.ConfigurableIOManagerFactory):  # type: ignore[type-ar
 
     Per-asset definition metadata: ``zerobus/table`` (table or full name), ``schema`` / ``zerobus/schema``,
     ``zerobus/role`` (``primary_raw`` | ``derived``), ``partition_expr`` (column holding the partition key,
-    used to filter partitioned inputs), ``dagster/column_schema`` (column descriptions become comments).
+    used to filter partitioned inputs), ``dagster/column_schema`` (column descriptions become comments),
+    ``zerobus/write_mode`` (``append`` | ``replace``, over the manager's ``write_mode``): ``replace``
+    makes a re-materialised partition replace that partition (docs/adr/0007-write-modes.md).
 
     A table with a contract is created and evolved from the contract before anything is sent, whether or
     not the contract asset is in the run (``contract_definition.py``), never from the output's inferred
@@ -115,6 +121,13 @@ class ZerobusIOManager(dg.ConfigurableIOManagerFactory):  # type: ignore[type-ar
         description="Before loading an input, wait (up to readback.wait_timeout_s) until Iceberg shows "
         "everything delivered for the upstream asset.",
     )
+    write_mode: WriteMode = Field(
+        default=WriteMode.APPEND,
+        description="append: every run adds its rows (the default; the only mode for primary_raw tables). "
+        "replace: a run's rows replace the earlier runs' rows of the same partition (the whole table for "
+        "an unpartitioned asset) once they are durable and visible. Definition metadata "
+        "zerobus/write_mode wins.",
+    )
 
     @staticmethod
     def type_handlers() -> Sequence[ZerobusTypeHandler]:
@@ -136,6 +149,7 @@ class ZerobusIOManager(dg.ConfigurableIOManagerFactory):  # type: ignore[type-ar
             default_handler=default,
             include_reserved_columns=self.include_reserved_columns,
             wait_for_readback=self.wait_for_readback,
+            write_mode=self.write_mode,
         )
 
 
@@ -191,6 +205,26 @@ def _coverage_partition(context: dg.OutputContext, source: str) -> str:
             f"partition key {label or ''!r}; writing under {partition!r} (rows are appended again)"
         )
     return partition
+
+
+def _landed_note(rt: ZerobusRuntime, table: str, source: str, partition: str, mode: WriteMode) -> str:
+    """What a failed write left in the table and how to go on: appended rows are not rolled back."""
+    try:
+        landed = sum(r.end - r.start for r in rt.covered(table, source=source, partition=partition))
+    except Exception as exc:  # the note must never hide the failure it explains
+        return f"zerobus: could not count the rows this write delivered to {table}: {exc}"
+    if mode is WriteMode.REPLACE:
+        return (
+            f"zerobus: {landed} row(s) of this run landed in {table} (partition {partition!r}); the earlier "
+            "runs' rows were kept. Re-execute the run (it resumes and then replaces), or re-materialise "
+            "the partition: either replaces it once the rows are visible."
+        )
+    return (
+        f"zerobus: {landed} row(s) landed in {table} before the failure (source {source!r}, partition "
+        f"{partition!r}) and stay there (write_mode=append). To resume, re-execute this run (from failure "
+        "or all steps; a step retry does this too): it sends only the missing rows. A new run of the same "
+        "partition appends all its rows again; set write_mode='replace' on a derived table to replace them."
+    )
 
 
 def _drain_quietly(rt: ZerobusRuntime, context: dg.OutputContext) -> None:
@@ -255,6 +289,7 @@ class ZerobusIO(dg.IOManager):
         default_handler: ZerobusTypeHandler,
         include_reserved_columns: bool,
         wait_for_readback: bool,
+        write_mode: WriteMode = WriteMode.APPEND,
     ) -> None:
         self._zerobus = zerobus
         self._catalog = catalog
@@ -264,6 +299,7 @@ class ZerobusIO(dg.IOManager):
         self._default = default_handler
         self._include_reserved = include_reserved_columns
         self._wait_for_readback = wait_for_readback
+        self._write_mode = write_mode
 
     def _ref(self, key: dg.AssetKey, options: AssetOptions) -> TableRef:
         return table_ref(key, catalog=self._catalog, schema=self._schema, options=options)
@@ -289,6 +325,7 @@ class ZerobusIO(dg.IOManager):
         contract = contract_of(context, key)
         changes: list[dict[str, str]] = []
         role = options.role or self._role
+        mode = options.write_mode or self._write_mode
         if contract is not None:  # the contract's role, and its description where both describe a column
             role = contract.role or role
             described = {**descriptions, **contract.descriptions}
@@ -308,6 +345,8 @@ class ZerobusIO(dg.IOManager):
                 partition=partition,
                 descriptions=descriptions or None,
                 role=role,
+                mode=mode,
+                replace_key=_partition_label(context) or "",
             )
             if contract is None and result.rows_written == 0 and result.rows_skipped == 0:
                 # No batch was sent, so the sink never reconciled: an empty first write still creates
@@ -326,11 +365,20 @@ class ZerobusIO(dg.IOManager):
                 metadata={"table": ref.full_name, "reasons": dg.MetadataValue.json(list(exc.reasons))},
                 allow_retries=False,
             ) from exc
-        except Exception:
+        except Exception as exc:
             # The output failed part-way (e.g. its generator raised). Drain what is in flight so
             # coverage holds every acknowledged row before a retry of this step resumes from it.
             _drain_quietly(rt, context)
+            exc.add_note(_landed_note(rt, ref.full_name, source, partition, mode))
             raise
+        if mode is WriteMode.REPLACE:  # the sensor's read-back then checks the other runs are gone
+            context.add_output_metadata({META_WRITE_MODE: mode.value})
+        if result.superseded_sources:
+            context.log.info(
+                f"{ref.full_name}: replaced partition {_partition_label(context) or '(whole table)'!r}; "
+                f"deleted the rows of {list(result.superseded_sources)}"
+            )
+            context.add_output_metadata({SUPERSEDED: dg.MetadataValue.json(list(result.superseded_sources))})
         if changes:
             context.log.warning(describe_changes(ref.full_name, changes))
             context.add_output_metadata({SCHEMA_CHANGES: dg.MetadataValue.json(changes)})

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from zerobus_orchestration.config import Role
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.tables import TableName
+from zerobus_orchestration.write_modes import WriteMode
 
 DEFAULT_SCHEMA = "default"
 
@@ -38,6 +39,7 @@ META_TABLE = "zerobus/table"
 META_SCHEMA = "zerobus/schema"
 META_ROLE = "zerobus/role"
 META_PARTITION_EXPR = "partition_expr"
+META_WRITE_MODE = "zerobus/write_mode"
 META_SCHEMA_PLAIN = "schema"
 
 # Run tags of a read-back recovery run: which write's coverage the run resumes (see the module docstring).
@@ -55,6 +57,7 @@ class AssetOptions(BaseModel):
     plain_schema: str | None = Field(None, alias=META_SCHEMA_PLAIN)
     role: Role | None = Field(None, alias=META_ROLE)
     partition_expr: str | None = Field(None, alias=META_PARTITION_EXPR)
+    write_mode: WriteMode | None = Field(None, alias=META_WRITE_MODE)
 
     @property
     def schema_override(self) -> str | None:

@@ -42,11 +42,12 @@ from typing import Any
 import dagster as dg
 
 from dagster_defs.metadata import KEY_PARTITION, KEY_SOURCE, KEY_TABLE, metadata_value, report_metadata
-from dagster_defs.naming import RESUME_PARTITION_TAG, RESUME_SOURCE_TAG
+from dagster_defs.naming import META_WRITE_MODE, RESUME_PARTITION_TAG, RESUME_SOURCE_TAG
 from dagster_defs.resource import ZerobusResource
 from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.readback.record import WriteRecord
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
+from zerobus_orchestration.write_modes import WriteMode, logical_partition
 
 RECOVERY_TAG = "zerobus/recovery"
 
@@ -96,6 +97,7 @@ class WriteTarget:
     source: str
     partition: str
     ranges: tuple[OffsetRange, ...] | None = None  # the write's record; None: the core looks elsewhere
+    replaces: str | None = None  # a replace write: the logical partition whose other runs must be gone
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any]) -> "WriteTarget | None":
@@ -109,7 +111,14 @@ class WriteTarget:
             **{key: metadata_value(metadata, f"zerobus/{key}") for key in _RECORD_KEYS},
         }
         record = WriteRecord.from_summary(summary)
-        return cls(str(values[0]), str(values[1]), str(values[2]), None if record is None else record.ranges)
+        replaced = metadata_value(metadata, META_WRITE_MODE) == WriteMode.REPLACE.value
+        return cls(
+            str(values[0]),
+            str(values[1]),
+            str(values[2]),
+            None if record is None else record.ranges,
+            logical_partition(str(values[2])) if replaced else None,
+        )
 
 
 # The write summary's keys the IO manager records as ``zerobus/<key>``: what the write delivered.
@@ -239,7 +248,11 @@ def _attempt(zerobus: ZerobusResource, target: WriteTarget) -> ReadbackOutcome:
     except Exception as exc:  # judged by the core, reported in the skip reason: never fail the tick
         return outcome_of_error(exc, target.table)
     return service.verify_once(
-        target.table, source=target.source, partition=target.partition, ranges=target.ranges
+        target.table,
+        source=target.source,
+        partition=target.partition,
+        ranges=target.ranges,
+        replaces=target.replaces,
     )
 
 

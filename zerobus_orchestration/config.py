@@ -283,6 +283,23 @@ class ZerobusConfig(_Model):
     credential_vending: CredentialVendingConfig = CredentialVendingConfig()
 
     @model_validator(mode="after")
+    def _urls_are_urls(self) -> ZerobusConfig:
+        # An empty variable (``ZEROBUS_WORKSPACE_URL=``, a template that rendered to nothing) would
+        # otherwise fail deep in an HTTP client ("unknown url type: '/oidc/v1/token'").
+        for name in ("endpoint", "workspace_url"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            scheme, _, rest = value.strip().partition("://")
+            if scheme not in ("http", "https") or not rest.strip("/"):
+                shown = repr(value) if value.strip() else "empty"
+                raise ValueError(
+                    f"zerobus.{name} (ZEROBUS_{name.upper()}) is {shown}, not an http(s) URL: give "
+                    "https://... (http:// for a local service), or unset it to run embedded"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _remote_needs_credentials(self) -> ZerobusConfig:
         if self.endpoint is not None:
             missing = [k for k in ("workspace_url", "client_id", "client_secret") if getattr(self, k) is None]

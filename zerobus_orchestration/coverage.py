@@ -228,6 +228,16 @@ class CoverageStore:
             (*self._key_params(key), merged.start, merged.end),
         )
 
+    def forget(self, keys: Iterable[CoverageKey]) -> None:
+        """Drop every range and digest of ``keys``: their rows were deleted (a ``replace`` write)."""
+        params = [self._key_params(key) for key in keys]
+        if not params:
+            return
+        conn = self._connection()
+        with _immediate(conn):
+            for table in ("coverage_ranges", "coverage_digests"):
+                conn.executemany(f"DELETE FROM {table} WHERE {_KEY_FILTER}", params)
+
     # -- queries ----------------------------------------------------------------------------------
 
     def ranges(self, key: CoverageKey) -> tuple[OffsetRange, ...]:

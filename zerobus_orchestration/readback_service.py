@@ -243,10 +243,13 @@ class ReadbackService:
         source: str | None = None,
         partition: str | None = None,
         ranges: Sequence[OffsetRange] | None = None,
+        replaces: str | None = None,
     ) -> ReadbackOutcome:
         """One non-blocking, judged attempt (sensors, triggers): never raises for a read-back failure.
 
-        ``ranges``: the write's own record of what it delivered (see ``expected``). The status says what
+        ``ranges``: the write's own record of what it delivered (see ``expected``). ``replaces``: the
+        write was a ``replace`` of this logical partition; other runs of it still in the table are
+        duplicates, so the attempt is ``INCOMPLETE`` until the replace has deleted them. The status says what
         to do: wait (``NOT_VISIBLE_YET``, ``INCOMPLETE``, ``UNAVAILABLE``), or stop (``VERIFIED``,
         ``FAILED``, ``NOTHING_TO_VERIFY``: the caller decides whether no coverage is an empty write or a
         wrong table/source/partition).
@@ -267,7 +270,13 @@ class ReadbackService:
             probe=probe,
             policy=WaitPolicy.from_config(self.config.readback),
         )
-        return _with_expected(outcome, expected)
+        judged = _with_expected(outcome, expected)
+        if replaces is None or source is None or judged.status is not ReadbackStatus.VERIFIED:
+            return judged
+        try:
+            return self._superseded_check(judged, name, source, partition or "", replaces)
+        except Exception as exc:  # judged, not swallowed
+            return outcome_of_error(exc, table)
 
     def verify(
         self,
@@ -304,6 +313,31 @@ class ReadbackService:
                 raise
             return outcome_of_error(exc, table)
         return _with_expected(outcome_of_report(report), expected)
+
+    def _superseded_check(
+        self, outcome: ReadbackOutcome, name: str, source: str, partition: str, replaces: str
+    ) -> ReadbackOutcome:
+        """A verified ``replace`` write whose partition still holds other runs' rows is not done."""
+        reader = table_truth.reader_for(self.catalog, self.config, name)
+        others = (
+            {}
+            if reader is None
+            else table_truth.other_runs(reader, source=source, partition=partition, replace_key=replaces)
+        )
+        if not others:
+            return outcome
+        rows = sum(others.values())
+        report = dict(outcome.report or {})
+        report["duplicate_count"] = int(report.get("duplicate_count") or 0) + rows
+        report["superseded_present"] = dict(others)
+        return ReadbackOutcome(
+            ReadbackStatus.INCOMPLETE,
+            name,
+            f"{name}: partition {replaces!r} was replaced by {partition!r}, but {rows} row(s) of the runs it "
+            f"supersedes ({sorted(others)}) are still in the table: duplicates until the replace deletes "
+            "them; re-run the write to finish the replace if this persists",
+            report,
+        )
 
     def read_rows(self, table: str, *, source: str | None = None, partition: str | None = None) -> pa.Table:
         """Rows of ``table`` (optionally one source/partition) as Arrow, through Iceberg."""

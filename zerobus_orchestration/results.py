@@ -37,6 +37,9 @@ class WriteResult:
     position the coverage cache or the table showed delivered): holes an interrupted try left. They were
     neither recorded nor visible when this write looked, so they are normally not durable; one that was
     durable but not yet visible is in the table twice. An upper bound; read-back counts the duplicates."""
+    superseded_sources: tuple[str, ...] = ()
+    """``replace`` writes: the ``_twg_source`` tags of the earlier runs of this partition whose rows this
+    write deleted once its own rows were visible (``write_modes``)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

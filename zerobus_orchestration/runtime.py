@@ -50,8 +50,15 @@ from zerobus_orchestration.sink.confirmation import LaneKind
 from zerobus_orchestration.sink.pool import StreamPool
 from zerobus_orchestration.sink.sink import ZerobusSink, is_in_memory
 from zerobus_orchestration.storage import CredentialCache
+from zerobus_orchestration.supersede import supersede
 from zerobus_orchestration.tables import TableName
 from zerobus_orchestration.transport.base import Transport
+from zerobus_orchestration.write_modes import (
+    WriteMode,
+    logical_partition,
+    partition_of_tag,
+    refuse_on_primary_raw,
+)
 
 if TYPE_CHECKING:
     from zerobus_orchestration.embedded import EmulatorHandle
@@ -220,10 +227,20 @@ class ZerobusRuntime:
         resume: bool = True,
         offset_column: str | None = None,
         ordering_key: str | None = None,
+        mode: WriteMode | str = WriteMode.APPEND,
+        replace_key: str | None = None,
     ) -> WriteResult:
-        """Reconcile, skip what coverage already holds, stream pipelined, return once durable."""
+        """Reconcile, skip what coverage already holds, stream pipelined, return once durable.
+
+        ``mode="replace"``: once this write's rows are durable and visible in the table, the rows of the
+        other runs of its logical partition (``replace_key``, default the part of ``partition`` before
+        its last ``@``) are deleted through the catalog (``write_modes``). Refused on primary raw.
+        """
         started = time.monotonic()
         name = TableName.parse(table).full_name
+        write_mode = WriteMode.parse(mode, where=f"write to {name}")
+        if write_mode is WriteMode.REPLACE:
+            refuse_on_primary_raw(name, role or self.config.role)  # before anything is sent
         sink = self.sink(
             name,
             source=source,
@@ -297,6 +314,9 @@ class ZerobusRuntime:
         resent = sink.pool.rows_possibly_resent - resent_before
         with self._lock:
             self._rows_resent_after_crash += resent_after_crash
+        superseded: tuple[str, ...] = ()
+        if write_mode is WriteMode.REPLACE:
+            superseded = self._supersede(name, source, partition, replace_key)
         if resent:
             log.warning(
                 "%s: the write succeeded, but the SDK reconnected stream(s) during it and re-sent up to %d "
@@ -322,7 +342,27 @@ class ZerobusRuntime:
             duration_s=time.monotonic() - started,
             rows_possibly_resent=resent,
             rows_resent_after_crash=resent_after_crash,
+            superseded_sources=superseded,
         )
+
+    def _supersede(self, name: str, source: str, partition: str, replace_key: str | None) -> tuple[str, ...]:
+        """The ``replace`` step after the write's flush: delete the other runs, forget their coverage."""
+        done = supersede(
+            self.catalog,
+            self.config,
+            name,
+            source=source,
+            partition=partition,
+            replace_key=logical_partition(partition) if replace_key is None else replace_key,
+            delivered=self.covered(name, source=source, partition=partition),
+            commit=lambda: self.delta_version(name),  # embedded: commit what the emulator acknowledged
+        )
+        # Their rows are gone: a cached range would make read-back wait for rows that will never show.
+        self.coverage(name).forget(
+            CoverageKey(DEFAULT_SINK_ID, tag, partition_of_tag(tag, source) or "")
+            for tag in done.deleted_tags
+        )
+        return done.deleted_tags
 
     def delta_version(self, table: str) -> int | None:
         """The Delta version that holds everything acknowledged so far (``ReadbackService.delta_version``)."""

@@ -35,6 +35,7 @@ from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.reserved import OFFSET, SOURCE
 from zerobus_orchestration.storage import Access, config_storage_options, reveal, with_credentials
 from zerobus_orchestration.tables import TableName
+from zerobus_orchestration.write_modes import logical_partition, partition_of_tag
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -112,6 +113,43 @@ def delivered_ranges(reader: TableReader, *, source: str, partition: str = "") -
     return offsets_to_ranges(delivered_offsets(reader, source=source, partition=partition))
 
 
+def source_tag_counts(reader: TableReader, *, prefix: str) -> dict[str, int]:
+    """Rows per distinct ``_twg_source`` value in the table that starts with ``prefix``."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError, DeltaProtocolError
+
+    try:
+        table = DeltaTable(reader.uri, storage_options=reveal(reader.storage_options) or None)
+        try:
+            dataset = table.to_pyarrow_dataset()
+        except DeltaProtocolError:
+            tags = _tags_via_datafusion(table, prefix)
+        else:
+            wanted = pc.starts_with(ds.field(SOURCE), pattern=prefix)
+            tags = dataset.to_table(columns=[SOURCE], filter=wanted).column(SOURCE)
+    except (DeltaError, OSError, pa.ArrowException) as exc:
+        raise TableTruthError(f"table {reader.table}: cannot read {SOURCE} at {reader.uri}: {exc}") from exc
+    counts = pc.value_counts(tags.combine_chunks() if isinstance(tags, pa.ChunkedArray) else tags)
+    return {str(c["values"]): int(c["counts"]) for c in counts.to_pylist() if c["values"] is not None}
+
+
+def other_runs(reader: TableReader, *, source: str, partition: str, replace_key: str) -> dict[str, int]:
+    """Rows per tag of the other runs of logical partition ``replace_key`` (not ``partition``'s own).
+
+    Two runs of one logical partition in a table written with ``replace`` are duplicates until the
+    replace deletes the older one (``supersede.py``).
+    """
+    own = source_tag(source, partition)
+    prefix = source_tag(source, replace_key)[:-1] if replace_key else source
+    found = source_tag_counts(reader, prefix=prefix)
+    same: dict[str, int] = {}
+    for tag, rows in sorted(found.items()):
+        part = partition_of_tag(tag, source)
+        if tag != own and part is not None and logical_partition(part) == replace_key:
+            same[tag] = rows
+    return same
+
+
 def table_version(reader: TableReader) -> int:
     """The table's latest Delta version (cheap: the log only); the catch-up polls it."""
     from deltalake import DeltaTable
@@ -151,3 +189,18 @@ def _offsets_via_datafusion(table: DeltaTable, tag: str) -> pa.Array:
     if rows.num_rows == 0:
         return pa.array([], pa.int64())
     return rows.column(OFFSET).combine_chunks()
+
+
+def _tags_via_datafusion(table: DeltaTable, prefix: str) -> pa.Array:
+    from deltalake import QueryBuilder
+
+    quoted = prefix.replace("'", "''")
+    rows = (
+        QueryBuilder()
+        .register("raw", table)
+        .execute(f'SELECT "{SOURCE}" FROM raw WHERE starts_with("{SOURCE}", \'{quoted}\')')
+        .read_all()
+    )
+    if rows.num_rows == 0:
+        return pa.array([], pa.string())
+    return rows.column(SOURCE).combine_chunks()

@@ -155,8 +155,13 @@ class ZerobusHook(BaseHook):
         descriptions: Mapping[str, str] | None = None,
         role: Role | None = None,
         resume: bool = True,
+        mode: str = "append",
     ) -> WriteResult:
-        """Push ``data`` pipelined; returns once the last batch is durable (resumes from coverage)."""
+        """Push ``data`` pipelined; returns once the last batch is durable (resumes from coverage).
+
+        ``mode="replace"``: then delete the other runs of the partition's logical part (before its last
+        ``@``) once the rows are visible (docs/adr/0007-write-modes.md).
+        """
         return self.get_conn().write(
             table,
             data,
@@ -165,6 +170,7 @@ class ZerobusHook(BaseHook):
             descriptions=descriptions,
             role=role,
             resume=resume,
+            mode=mode,
         )
 
     def verify_readback_once(

@@ -96,6 +96,10 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         they may hold driver classes).
     :param allow_empty: skip the task (instead of failing) when a glob matches no files.
     :param resume: skip rows an earlier try of this task instance already delivered.
+    :param write_mode: ``append`` (the default: every DAG run adds its rows) or ``replace``: a run replaces
+        the rows earlier runs wrote for the same ``replace_key`` (and map index) once its own are visible
+        (derived tables only; docs/adr/0007-write-modes.md).
+    :param replace_key: the partition a ``replace`` run replaces; default the run's logical date (``ds``).
     :param sql_hook_params: keyword arguments for the ``sql_conn_id`` hook's constructor, like
         common-sql's ``hook_params`` (e.g. ``{"schema": "sales"}``); ``hook_params`` goes to the
         ``ZerobusHook``.
@@ -118,6 +122,8 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         "config_overrides",
         "hook_params",
         "sql_hook_params",
+        "write_mode",
+        "replace_key",
     )
     template_ext: Sequence[str] = (".sql",)
     template_fields_renderers = {
@@ -150,6 +156,8 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         resume: bool = True,
         sql_hook_params: Mapping[str, Any] | None = None,
         table_asset: bool = True,
+        write_mode: str = "append",
+        replace_key: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -178,6 +186,8 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         self.resume = resume
         self.sql_hook_params = dict(sql_hook_params or {})
         self.table_asset = table_asset
+        self.write_mode = write_mode
+        self.replace_key = replace_key
         # The workspace host is in the connection, read only in execute: the alias is declared now
         # (outlets must be known when the DAG is parsed) and resolved to the table's asset then. Named
         # from the unrendered table, so a templated table keeps one alias across runs.
@@ -265,8 +275,22 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
 
     # --- execute ------------------------------------------------------------------------------------
 
+    def _replace_partition(self, context: Context, partition: str) -> str:
+        """``<key>/<map index>@<run id>``: the run's rows replace the other runs of the same key."""
+        key = self.replace_key or context.get("ds")
+        if not key:
+            raise AirflowFailException(
+                f"{self.task_id}: write_mode='replace' replaces the partition of the run's logical date, and "
+                "this run has none; pass replace_key=... (templated, e.g. '{{ params.day }}')"
+            )
+        run_id, _, map_index = partition.rpartition("/")
+        return f"{key}/{map_index}@{run_id}"
+
     def execute(self, context: Context) -> dict[str, Any]:
         source, partition = coverage_keys_from_context(context, self)
+        mode = str(self.write_mode or "append")
+        if mode == "replace":
+            partition = self._replace_partition(context, partition)
         summary: dict[str, Any] | None = None
         self.lineage = WriteLineage(descriptions=dict(self.descriptions or {}))
         opened: list[Iterator[pa.RecordBatch]] = []  # the input and its wrappers, closed in ``finally``
@@ -291,6 +315,7 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
                 descriptions=self.descriptions,
                 role=self._role(),
                 resume=self.resume,
+                mode=mode,
             )
             raw = result.as_dict()
             summary = {key: raw[key] for key in SUMMARY_KEYS if key in raw}

@@ -313,6 +313,14 @@ class ReconcileOutcome:
         return self.state.version
 
 
+@dataclass(frozen=True)
+class RowsOfSources:
+    """The rows whose ``_twg_source`` is one of ``tags``: what a ``replace`` write deletes (the runs it
+    supersedes). A value, not SQL text: each backend renders it (``ddl.delete_rows_sql`` on Unity)."""
+
+    tags: tuple[str, ...]
+
+
 @runtime_checkable
 class TableCatalog(Protocol):
     """Create, evolve, describe and vouch for Delta tables. Backends: ``local``, ``unity``."""
@@ -338,6 +346,10 @@ class TableCatalog(Protocol):
 
     def vend_credentials(self, table: str, access: Access) -> VendedCredentials:
         """Short-lived storage credentials, or ``NotSupportedError`` where the backend cannot grant them."""
+        ...
+
+    def delete_rows(self, table: str, rows: RowsOfSources) -> None:
+        """Delete ``rows`` from ``table`` in one commit (never on the ingest path; ``replace`` writes)."""
         ...
 
 

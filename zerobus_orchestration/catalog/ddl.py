@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from zerobus_orchestration.catalog.base import RowsOfSources
 from zerobus_orchestration.catalog.plan import (
     AddColumn,
     ColumnDef,
@@ -21,6 +22,7 @@ from zerobus_orchestration.catalog.plan import (
     WidenColumn,
     column_mapping_first,
 )
+from zerobus_orchestration.reserved import SOURCE
 from zerobus_orchestration.tables import TableName
 from zerobus_orchestration.type_map import delta_type, quote_identifier
 
@@ -89,6 +91,14 @@ def widen_column_sql(step: WidenColumn) -> str:
         f"ALTER TABLE {quote_table(step.table)} ALTER COLUMN {quote_identifier(step.column)} "
         f"TYPE {delta_type(step.arrow_type, quote_fields=True)}"
     )
+
+
+def delete_rows_sql(table: str | TableName, rows: RowsOfSources) -> str:
+    """``DELETE FROM t WHERE `_twg_source` IN ('a', 'b')``: the superseded runs of a ``replace`` write."""
+    if not rows.tags:
+        raise ValueError(f"delete from {table}: no source tags given (the statement would delete nothing)")
+    values = ", ".join(string_literal(tag) for tag in rows.tags)
+    return f"DELETE FROM {quote_table(table)} WHERE {quote_identifier(SOURCE)} IN ({values})"
 
 
 def describe_detail_sql(table: str | TableName) -> str:

@@ -50,6 +50,7 @@ from zerobus_orchestration.catalog.base import (
     LiveColumn,
     ProtocolInfo,
     ReconcileOutcome,
+    RowsOfSources,
     TableState,
     VendedCredentials,
     primary_raw_properties,
@@ -76,6 +77,7 @@ from zerobus_orchestration.errors import (
     ZerobusOrchestrationError,
 )
 from zerobus_orchestration.locations import is_local
+from zerobus_orchestration.reserved import SOURCE
 from zerobus_orchestration.tables import TableName, check_embedded_storage, table_uri, zerobus_dir
 from zerobus_orchestration.type_map import delta_json_type
 
@@ -84,6 +86,7 @@ DEFAULT_CATALOGS = ("main",)
 """The catalogs a fresh local warehouse has (``catalog.local_catalogs``), like a new Unity metastore's."""
 LOCAL_CREDENTIAL_TTL = timedelta(hours=1)
 TIMESTAMP_NTZ_FEATURE = "delta.feature.timestampNtz"
+_DELETE_ATTEMPTS = 5
 
 _SCHEMA_SQL = (
     """CREATE TABLE IF NOT EXISTS tables (
@@ -319,6 +322,30 @@ class LocalCatalog:
             storage_options={},
             token=SecretStr(f"local-{uuid.uuid4().hex}"),
         )
+
+    def delete_rows(self, table: str, rows: RowsOfSources) -> None:
+        """Delete through delta-rs (a rewrite of the files holding them), retried on a commit conflict."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import CommitFailedError
+
+        full_name = TableName.parse(table).full_name
+        if not rows.tags:
+            return
+        # A DataFusion SQL predicate: identifiers double-quoted, string literals with '' escapes.
+        values = ", ".join("'" + tag.replace("'", "''") + "'" for tag in rows.tags)
+        predicate = f'"{SOURCE}" IN ({values})'
+        for attempt in range(_DELETE_ATTEMPTS):
+            dt = DeltaTable(self.location(table), storage_options=self._storage_options or None)
+            try:
+                dt.delete(predicate)
+                return
+            except CommitFailedError as exc:
+                # The emulator committed an append between our read and our commit: re-read, retry.
+                if attempt == _DELETE_ATTEMPTS - 1:
+                    raise CatalogError(
+                        f"table {full_name}: deleting superseded rows lost {_DELETE_ATTEMPTS} commit races "
+                        f"to concurrent writers ({exc}); re-run the write to retry the delete"
+                    ) from exc
 
     # --- execution ------------------------------------------------------------------------------
 

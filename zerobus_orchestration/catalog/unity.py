@@ -49,11 +49,13 @@ from zerobus_orchestration.catalog.base import (
     Access,
     DesiredTable,
     ReconcileOutcome,
+    RowsOfSources,
     TableState,
     VendedCredentials,
     primary_raw_properties,
 )
 from zerobus_orchestration.catalog.ddl import (
+    delete_rows_sql,
     describe_detail_sql,
     latest_history_sql,
     render_plan,
@@ -96,6 +98,7 @@ from zerobus_orchestration.tables import TableName
 SINK_PREFIX = "twg.sink."
 TYPE_WIDENING = "delta.enableTypeWidening"
 _SINK_ID = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+_DELETE_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -354,6 +357,19 @@ class UnityCatalog:
         if sink_id in state.sinks:
             return  # idempotent: no statement, no new table version
         self.execute([set_properties_sql(name.full_name, {SINK_PREFIX + sink_id: "registered"})])
+
+    def delete_rows(self, table: str, rows: RowsOfSources) -> None:
+        """``DELETE FROM`` through the SQL warehouse; a commit that lost to a concurrent one is re-run."""
+        statement = delete_rows_sql(TableName.parse(table).full_name, rows)
+        for attempt in range(_DELETE_ATTEMPTS):
+            try:
+                self.execute([statement])
+                return
+            except StatementFailedError as failure:
+                # Zerobus appends while we delete; Delta's conflict check may fail our commit. The
+                # statement is idempotent (it names the superseded tags), so re-running it is safe.
+                if not lost_a_race(failure) or attempt == _DELETE_ATTEMPTS - 1:
+                    raise
 
     # -- credentials ------------------------------------------------------------------------------
 

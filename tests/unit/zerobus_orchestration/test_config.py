@@ -79,12 +79,14 @@ def test_effective_config_masks_every_secret() -> None:
 
 
 def test_config_hash_tracks_secrets_without_revealing_them() -> None:
-    a = ZerobusConfig(endpoint="e", workspace_url="w", client_id="c", client_secret="s1")
-    b = ZerobusConfig(endpoint="e", workspace_url="w", client_id="c", client_secret="s2")
+    a = ZerobusConfig(endpoint="https://e", workspace_url="https://w", client_id="c", client_secret="s1")
+    b = ZerobusConfig(endpoint="https://e", workspace_url="https://w", client_id="c", client_secret="s2")
     assert a.config_hash() != b.config_hash()
     assert (
         a.config_hash()
-        == ZerobusConfig(endpoint="e", workspace_url="w", client_id="c", client_secret="s1").config_hash()
+        == ZerobusConfig(
+            endpoint="https://e", workspace_url="https://w", client_id="c", client_secret="s1"
+        ).config_hash()
     )
     assert "s1" not in a.config_hash()
 
@@ -123,3 +125,25 @@ def test_config_errors_never_echo_a_secret(environ: dict[str, str]) -> None:
 def test_config_errors_still_show_harmless_values() -> None:
     with pytest.raises(ConfigError, match=r"zerobus\.pool\.min_streams: .*\(got 'many'\)"):
         load_config(environ={"ZEROBUS_POOL__MIN_STREAMS": "many"})
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("ZEROBUS_WORKSPACE_URL", ""),
+        ("ZEROBUS_WORKSPACE_URL", "/oidc"),
+        ("ZEROBUS_ENDPOINT", "host.example:443"),
+    ],
+)
+def test_an_empty_or_scheme_less_url_is_refused_naming_the_variable(variable: str, value: str) -> None:
+    environ = {
+        "ZEROBUS_ENDPOINT": "https://1.zerobus.example.com",
+        "ZEROBUS_WORKSPACE_URL": "https://workspace.example.com",
+        "ZEROBUS_CLIENT_ID": "sp",
+        "ZEROBUS_CLIENT_SECRET": "never-shown",
+        variable: value,
+    }
+    with pytest.raises(ConfigError) as caught:
+        load_config(environ=environ)
+    assert variable in str(caught.value) and "https://" in str(caught.value)
+    assert "never-shown" not in str(caught.value)

@@ -1,0 +1,58 @@
+"""Write modes: ``append`` (every run adds its rows) and ``replace`` (a run supersedes its partition's).
+
+Values only; the replace step itself is ``supersede.py`` (docs/adr/0007-write-modes.md).
+
+A run's coverage partition is ``"<logical partition>@<run>"`` (Dagster: the partition key and the root
+run id); the logical partition is what precedes the last ``@``. A tag with no ``@`` in its partition is
+its own logical partition. ``replace`` is refused on a primary-raw table: raw is append-only by design
+(ADR 0001), and deleting from it would break every other reader's resume and read-back.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from zerobus_orchestration.config import Role
+from zerobus_orchestration.errors import ConfigError
+
+RUN_SEPARATOR = "@"
+
+
+class WriteMode(StrEnum):
+    APPEND = "append"
+    REPLACE = "replace"
+
+    @classmethod
+    def parse(cls, value: str | WriteMode, *, where: str) -> WriteMode:
+        try:
+            return cls(str(value).strip().lower())
+        except ValueError:
+            raise ConfigError(
+                f"{where}: write mode {value!r} is not one of {[m.value for m in cls]}; fix: set "
+                "write_mode to 'append' (the default) or 'replace'"
+            ) from None
+
+
+def logical_partition(partition: str) -> str:
+    """``"2024-01-01@run-1"`` -> ``"2024-01-01"``; a partition without a run part is its own."""
+    head, sep, _run = partition.rpartition(RUN_SEPARATOR)
+    return head if sep else partition
+
+
+def partition_of_tag(tag: str, source: str) -> str | None:
+    """The partition a ``_twg_source`` tag of ``source`` carries; ``None`` for another source's tag."""
+    if tag == source:
+        return ""
+    if tag.startswith(source + "[") and tag.endswith("]"):
+        return tag[len(source) + 1 : -1]
+    return None
+
+
+def refuse_on_primary_raw(table: str, role: Role) -> None:
+    if role is Role.PRIMARY_RAW:
+        raise ConfigError(
+            f"table {table}: write_mode='replace' deletes earlier runs' rows, and {table} is a primary_raw "
+            "table, which is append-only (raw rows are the record every reader resumes and verifies from). "
+            "Fix: keep write_mode='append' for raw tables, or declare the table derived (role='derived', "
+            "Dagster metadata zerobus/role: derived)"
+        )
