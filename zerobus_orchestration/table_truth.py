@@ -177,30 +177,25 @@ def offsets_to_ranges(offsets: pa.Array) -> tuple[OffsetRange, ...]:
 
 
 def _offsets_via_datafusion(table: DeltaTable, tag: str) -> pa.Array:
-    from deltalake import QueryBuilder
-
-    quoted = tag.replace("'", "''")  # a SQL string literal: the only escape it needs
-    rows = (
-        QueryBuilder()
-        .register("raw", table)
-        .execute(f'SELECT "{OFFSET}" FROM raw WHERE "{SOURCE}" = \'{quoted}\'')
-        .read_all()
-    )
-    if rows.num_rows == 0:
-        return pa.array([], pa.int64())
-    return rows.column(OFFSET).combine_chunks()
+    return _column_via_datafusion(table, OFFSET, f'"{SOURCE}" = {_sql_string(tag)}', pa.int64())
 
 
 def _tags_via_datafusion(table: DeltaTable, prefix: str) -> pa.Array:
+    where = f'starts_with("{SOURCE}", {_sql_string(prefix)})'
+    return _column_via_datafusion(table, SOURCE, where, pa.string())
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"  # a SQL string literal: the only escape it needs
+
+
+def _column_via_datafusion(table: DeltaTable, column: str, where: str, empty_type: pa.DataType) -> pa.Array:
+    """One column of the rows matching ``where``, through deltalake's DataFusion engine (it reads the
+    protocols pyarrow datasets cannot)."""
     from deltalake import QueryBuilder
 
-    quoted = prefix.replace("'", "''")
-    rows = (
-        QueryBuilder()
-        .register("raw", table)
-        .execute(f'SELECT "{SOURCE}" FROM raw WHERE starts_with("{SOURCE}", \'{quoted}\')')
-        .read_all()
-    )
+    query = f'SELECT "{column}" FROM raw WHERE {where}'
+    rows = QueryBuilder().register("raw", table).execute(query).read_all()
     if rows.num_rows == 0:
-        return pa.array([], pa.string())
-    return rows.column(SOURCE).combine_chunks()
+        return pa.array([], empty_type)
+    return rows.column(column).combine_chunks()
