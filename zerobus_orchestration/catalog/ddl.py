@@ -61,6 +61,12 @@ def _properties_sql(properties: Mapping[str, str]) -> str:
     return ", ".join(f"{string_literal(k)} = {string_literal(v)}" for k, v in sorted(properties.items()))
 
 
+def create_schema_sql(table: str | TableName) -> str:
+    """``CREATE SCHEMA IF NOT EXISTS `catalog`.`schema` `` for the schema holding ``table``."""
+    name = TableName.parse(table) if isinstance(table, str) else table
+    return f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(name.catalog)}.{quote_identifier(name.schema)}"
+
+
 def create_table_sql(step: CreateTable) -> str:
     sql = (
         f"CREATE TABLE IF NOT EXISTS {quote_table(step.table)} "

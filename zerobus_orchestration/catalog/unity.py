@@ -8,7 +8,8 @@
 - ``reconcile``: the shared pure plan (``plan.plan``), rendered by the shared ``ddl.render_plan`` and run
   one statement at a time through the SQL Statement Execution API on ``sql_warehouse_id``
   (``unity_sql``: polling, and a failure raises ``StatementFailedError`` naming the statement, the error
-  and what had already run).
+  and what had already run). A CREATE is preceded by ``CREATE SCHEMA IF NOT EXISTS`` for its schema
+  (Databricks refuses a table in a missing schema); its failure names the schema, the table and the fix.
   The primary-raw properties are declared at CREATE only (or on an explicit repair): a live table
   whose properties drifted is refused by the preconditions, never set back.
   A column or nested field name Delta accepts only with column mapping (space , ; { } ( ) newline
@@ -55,6 +56,7 @@ from zerobus_orchestration.catalog.base import (
     primary_raw_properties,
 )
 from zerobus_orchestration.catalog.ddl import (
+    create_schema_sql,
     delete_rows_sql,
     describe_detail_sql,
     latest_history_sql,
@@ -285,11 +287,33 @@ class UnityCatalog:
         statements = self._statements(table, live, steps)  # raises PlanRefusedError before anything runs
         if steps.empty and live is not None:  # an absent table always plans a CREATE
             return ReconcileOutcome(steps, False, live.version, live, steps.notes)
+        if steps.creates:
+            self._create_schema(name)
         self.execute(statements)
         after = self.describe(table)
         if after is None:
             raise CatalogError(f"reconcile of {name}: the table is missing after the DDL ran")
         return ReconcileOutcome(steps, True, live.version if live else None, after, steps.notes)
+
+    def _create_schema(self, name: TableName) -> None:
+        """The table's schema, before its ``CREATE TABLE``: Databricks answers ``SCHEMA_NOT_FOUND`` for a
+        table in a missing schema. Only when creating, so a reconcile of an existing table needs no
+        CREATE SCHEMA privilege."""
+        schema = f"{name.catalog}.{name.schema}"
+        try:
+            self.execute([create_schema_sql(name)])
+        except StatementFailedError as failure:
+            raise StatementFailedError(
+                f"cannot create schema {schema} for table {name}: {failure}\n"
+                f"  fix: have an admin create the schema (CREATE SCHEMA {schema}), or grant this "
+                f"principal CREATE SCHEMA (and USE CATALOG) on catalog {name.catalog}",
+                statement=failure.statement,
+                state=failure.state,
+                error_code=failure.error_code,
+                sql_error_class=failure.sql_error_class,
+                error_message=failure.error_message,
+                executed=failure.executed,
+            ) from failure
 
     def _plan(self, table: str, desired: DesiredTable) -> tuple[TableState | None, ReconcilePlan]:
         name = TableName.parse(table)

@@ -64,6 +64,7 @@ def test_sql_ddl_makes_and_changes_the_delta_table_zerobus_writes(tmp_path: Path
     warehouse = tmp_path / "wh"
     with Emulator(str(warehouse), CONFIG, iceberg=False) as emu:
         w = client(emu)
+        succeeded(sql(w, emu, "CREATE SCHEMA main.cloud"))
         succeeded(sql(w, emu, f"CREATE TABLE {TABLE} (id BIGINT NOT NULL COMMENT 'key', name STRING)"))
         uri = table_uri(str(warehouse), TABLE)
         delta = DeltaTable(uri)
@@ -135,6 +136,7 @@ def test_the_metastore_survives_a_restart_and_adopts_tables_made_by_the_local_ba
         assert [t.name for t in w.tables.list("main", "old")] == ["made_locally"]
         assert w.tables.get("main.old.made_locally").table_id == local_id
         succeeded(sql(w, emu, "CREATE CATALOG dev"))
+        succeeded(sql(w, emu, "CREATE SCHEMA dev.s"))
         succeeded(
             sql(
                 w,
@@ -169,6 +171,14 @@ def test_it_refuses_what_databricks_refuses(tmp_path: Path) -> None:
             w.statement_execution.execute_statement(
                 "CREATE TABLE main.s.t (id BIGINT)", "some-other-warehouse"
             )
+        missing = sql(w, emu, "CREATE TABLE IF NOT EXISTS main.s.t (id INT)")
+        assert missing.status is not None and missing.status.state is StatementState.FAILED
+        assert missing.status.error is not None and (missing.status.error.message or "").startswith(
+            "[SCHEMA_NOT_FOUND] The schema `main`.`s` cannot be found."
+        )
+        assert not (tmp_path / "wh" / "main" / "s").exists()
+        succeeded(sql(w, emu, "CREATE SCHEMA IF NOT EXISTS main.s"))
+        succeeded(sql(w, emu, "CREATE SCHEMA IF NOT EXISTS main.s"))
         succeeded(sql(w, emu, "CREATE TABLE main.s.t (id INT)"))
         widen = sql(w, emu, "ALTER TABLE main.s.t ALTER COLUMN id TYPE BIGINT")
         assert widen.status is not None and widen.status.state is StatementState.FAILED

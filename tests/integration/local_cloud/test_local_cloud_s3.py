@@ -49,6 +49,7 @@ def test_temporary_table_credentials_are_per_table_read_keys(moto_lab: S3Lab, tm
         credentials=CredentialCache(vendor),
     ) as emu:
         w = client(emu)
+        succeeded(sql(w, emu, "CREATE SCHEMA main.cloud"))
         succeeded(sql(w, emu, f"CREATE TABLE {TABLE} (id BIGINT)"))
         schema = pa.schema([("id", pa.int64())])
         stream = open_arrow(emu, TABLE, schema)

@@ -134,6 +134,27 @@ class Metastore:
                 code="NOT_FOUND",
             )
 
+    def has_schema(self, catalog: str, schema: str) -> bool:
+        """Created, or holding a table (registered, or a Delta table on disk this metastore adopts)."""
+        if (catalog.lower(), schema.lower()) in self.schemas or schema.lower() in self.schema_names(catalog):
+            return True
+        return self.backing is not None and bool(self.backing.discover_names(catalog.lower(), schema.lower()))
+
+    def require_schema(self, catalog: str, schema: str) -> None:
+        """Databricks refuses a table in a missing schema; the standalone fake (any catalog) never checks."""
+        self.require_catalog(catalog)
+        if self.catalogs is None or self.has_schema(catalog, schema):
+            return
+        raise StatementFailure(
+            "SCHEMA_NOT_FOUND",
+            f"The schema `{catalog}`.`{schema}` cannot be found. Verify the spelling and correctness of "
+            "the schema and catalog. If you did not qualify the name with a catalog, verify the "
+            "current_schema() output, or qualify the name with the correct catalog. To tolerate the "
+            "error on drop use DROP SCHEMA IF EXISTS.",
+            sqlstate="42704",
+            code="NOT_FOUND",
+        )
+
     def create_catalog(self, catalog: str, *, if_not_exists: bool) -> None:
         if self.catalogs is None or catalog.lower() in self.catalogs:
             if if_not_exists or self.catalogs is None:

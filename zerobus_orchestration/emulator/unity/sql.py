@@ -8,7 +8,8 @@ Supported (anything else FAILS loudly, so a renderer emitting something new is n
 ``COMMENT ON COLUMN t.c IS '...'``, ``COMMENT ON TABLE t IS '...'``, ``DROP TABLE [IF EXISTS] t``,
 ``CREATE SCHEMA [IF NOT EXISTS] c.s``, ``CREATE CATALOG [IF NOT EXISTS] c``,
 ``DESCRIBE DETAIL t`` and ``DESCRIBE HISTORY t`` (result sets). One statement per request, as the
-Statement Execution API wants.
+Statement Execution API wants. As on Databricks, ``CREATE TABLE`` in a missing schema of a configured
+catalog fails ``SCHEMA_NOT_FOUND`` (the schema is never created behind the caller's back).
 
 String literals follow Databricks rules: backslash escapes. sqlglot falls back to an opaque ``Command``
 for what it cannot parse (for example ``'it''s'``, which Databricks would silently read as ``its``);
@@ -161,6 +162,7 @@ class SqlEngine:
                 "UNSUPPORTED_STATEMENT", "CREATE OR REPLACE is not supported by the local Unity Catalog."
             )
         cat, sch, name = self._parts(table_expr, catalog, schema)
+        self.metastore.require_schema(cat, sch)  # before IF NOT EXISTS: Databricks checks the schema first
         if self.metastore.get(cat, sch, name) is not None:
             if tree.args.get("exists"):
                 return

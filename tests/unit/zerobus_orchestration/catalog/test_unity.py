@@ -174,8 +174,9 @@ def test_statements_are_polled_with_backoff(fake_uc: FakeUnityCatalog) -> None:
     catalog = UnityCatalog(client, fake_uc.warehouse_id, polling=polling, sleep=sleeps.append)
     outcome = catalog.reconcile(TABLE, desired())
     assert outcome.applied and outcome.state.version == 0
-    # CREATE, then describe's DETAIL and HISTORY: three statements, each PENDING then RUNNING 3 polls.
-    assert sleeps[:4] == [0.1, 0.2, 0.3, 0.3] and len(sleeps) == 12
+    # CREATE SCHEMA, CREATE, then describe's DETAIL and HISTORY: four statements, each PENDING then
+    # RUNNING 3 polls.
+    assert sleeps[:4] == [0.1, 0.2, 0.3, 0.3] and len(sleeps) == 16
 
 
 def test_statement_past_its_deadline_is_cancelled_and_raised(fake_uc: FakeUnityCatalog) -> None:

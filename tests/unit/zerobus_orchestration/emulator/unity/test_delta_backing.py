@@ -18,7 +18,9 @@ TABLE = "main.raw.events"
 
 
 def workspace(warehouse: Path) -> UnityWorkspace:
-    return local_workspace(str(warehouse), warehouse / "_zerobus" / STATE_FILE_NAME)
+    ws = local_workspace(str(warehouse), warehouse / "_zerobus" / STATE_FILE_NAME)
+    ws.execute_sql("CREATE SCHEMA IF NOT EXISTS main.raw")  # as on Databricks, a table needs its schema
+    return ws
 
 
 @pytest.fixture
@@ -157,6 +159,7 @@ def test_drop_removes_the_managed_table_so_it_is_not_adopted_again(warehouse: Pa
 
 def test_configured_catalogs_exist_and_a_catalog_holding_a_table_stays_known(warehouse: Path) -> None:
     configured = local_workspace(str(warehouse), warehouse / "state.json", catalogs=("main", "dev"))
+    configured.execute_sql("CREATE SCHEMA dev.s")
     configured.execute_sql("CREATE TABLE dev.s.t (id BIGINT)")
     write_deltalake(table_uri(str(warehouse), "ops.x.t"), pa.table({"x": [1]}))
     ws = workspace(warehouse)

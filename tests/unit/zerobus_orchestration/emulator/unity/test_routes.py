@@ -43,6 +43,7 @@ def test_catalogs_and_schemas(tmp_path: Path) -> None:
 
 def test_statements_run_only_on_the_workspace_warehouse(tmp_path: Path) -> None:
     ws = workspace(tmp_path)
+    ws.execute_sql("CREATE SCHEMA main.s")
     body = {"statement": "CREATE TABLE main.s.t (id BIGINT)", "warehouse_id": "other"}
     status, answer = routes.handle_api(ws, "POST", routes.STATEMENTS_PATH, {}, json.dumps(body).encode())
     assert (status, answer["error_code"]) == (404, "RESOURCE_DOES_NOT_EXIST")
