@@ -97,27 +97,9 @@ def readback_emulator(config: ZerobusConfig) -> EmulatorHandle:
     """
     require_emulator()
     if config.emulator.mode == "daemon":
-        from zerobus_orchestration.emulator.advert import Advertisement
-        from zerobus_orchestration.emulator.daemon import daemon_paths
-        from zerobus_orchestration.emulator.handle import RemoteEmulator
-        from zerobus_orchestration.emulator.launcher import find_or_start
-        from zerobus_orchestration.emulator.private import with_warehouse_secret
+        from zerobus_orchestration.emulator.launcher import connect_daemon
 
-        local = with_warehouse_secret(config)
-        paths = daemon_paths(local)
-        advert = find_or_start(local, paths, entry_module=__name__)
-
-        def relaunch(dead: Advertisement) -> Advertisement:
-            return find_or_start(local, paths, replacing=dead, entry_module=__name__)
-
-        return RemoteEmulator(
-            advert,
-            client_id=local.emulator.client_id,
-            client_secret=local.emulator.client_secret,
-            relaunch=relaunch,
-            advert_path=paths.advert,
-            watch=False,
-        )
+        return connect_daemon(config, entry_module=__name__, watch=False)
     from zerobus_orchestration.emulator.start import start_emulator as start_in_process
 
     return start_in_process(config, build_credentials(config))

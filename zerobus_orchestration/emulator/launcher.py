@@ -48,8 +48,12 @@ _LOG_TAIL_LINES = 20
 _START_POLL = Backoff(initial_s=0.05, max_s=0.05, multiplier=1.0)  # a starting daemon: look often
 
 
-def connect_daemon(config: ZerobusConfig, *, entry_module: str = EMULATOR_MODULE) -> RemoteEmulator:
+def connect_daemon(
+    config: ZerobusConfig, *, entry_module: str = EMULATOR_MODULE, watch: bool = True
+) -> RemoteEmulator:
     """A handle on ``config.warehouse``'s shared emulator, started if none serves.
+
+    ``watch=False``: the handle holds no lease (a read-only verifier), so the daemon still idles out.
 
     ``entry_module``: what ``python -m`` runs as the daemon. The embedded mode names its own, which
     hands the daemon what the emulator does not import (credential vending, a catalog concern).
@@ -67,6 +71,7 @@ def connect_daemon(config: ZerobusConfig, *, entry_module: str = EMULATOR_MODULE
         client_secret=config.emulator.client_secret,
         relaunch=relaunch,
         advert_path=paths.advert,
+        watch=watch,
     )
 
 
