@@ -87,6 +87,8 @@ DEFAULT_CATALOGS = ("main",)
 LOCAL_CREDENTIAL_TTL = timedelta(hours=1)
 TIMESTAMP_NTZ_FEATURE = "delta.feature.timestampNtz"
 _DELETE_ATTEMPTS = 5
+# Reconciles racing other processes (each attempt re-reads the table and re-plans).
+_RECONCILE_ATTEMPTS = 4
 
 _SCHEMA_SQL = (
     """CREATE TABLE IF NOT EXISTS tables (
@@ -264,15 +266,27 @@ class LocalCatalog:
         if TableName.parse(desired.name).full_name != full_name:
             raise CatalogError(f"desired table {desired.name} does not match the table reconciled ({table})")
         with self._lock:  # sinks in one process reconcile one at a time; other processes: see below
-            try:
-                return self._reconcile_once(table, full_name, desired)
-            except ZerobusOrchestrationError:
-                raise  # refusals and bad names are answers, not races
-            except Exception:
-                # Another process may have created or evolved the table between our describe and our
-                # commit (delta-rs then fails the commit). Re-read and re-plan once; a second failure
-                # is real and propagates.
-                return self._reconcile_once(table, full_name, desired)
+            for attempt in range(_RECONCILE_ATTEMPTS):
+                last = attempt == _RECONCILE_ATTEMPTS - 1
+                try:
+                    outcome = self._reconcile_once(table, full_name, desired)
+                except ZerobusOrchestrationError:
+                    raise  # refusals and bad names are answers, not races
+                except Exception:
+                    # Another process created or evolved the table between our describe and our
+                    # commit (delta-rs then fails the commit): re-read and re-plan.
+                    if last:
+                        raise
+                    continue
+                # A commit of ours can still have been made on a snapshot another process changed
+                # (a metadata action carries the whole schema): the outcome is what the table now
+                # is, so it is checked against the desired table, not assumed.
+                if self._plan_against(outcome.state, desired).empty:
+                    return outcome
+            raise CatalogError(
+                f"table {full_name}: {_RECONCILE_ATTEMPTS} reconciles in a row were undone by concurrent "
+                "changes from other processes; re-run once the other writers' reconciles have finished"
+            )
 
     def _reconcile_once(self, table: str, full_name: str, desired: DesiredTable) -> ReconcileOutcome:
         live = self.describe(table)
@@ -405,11 +419,21 @@ class LocalCatalog:
             configuration=configuration,
             storage_options=self._storage_options or None,
             raise_if_key_not_exists=False,
+            commit_properties=_no_rebase(),
         )
         role = Role(step.properties.get("twg.role", Role.DERIVED.value))
         self._register_table(full_name, str(dt.metadata().id), location, role)
         if deferred:
             _add_columns(dt, deferred)
+
+
+def _no_rebase() -> Any:
+    """Commit exactly on the version read, or fail: delta-rs otherwise retries a losing commit on
+    the next version, and a losing CREATE then lands as version 1 and replaces the winner's schema
+    (two processes creating one table each lost the other's column)."""
+    from deltalake import CommitProperties
+
+    return CommitProperties(max_commit_retries=0)
 
 
 def _refuse_widening(step: WidenColumn) -> Step:
@@ -455,6 +479,7 @@ def _rewrite_widened(dt: Any, widened: Mapping[str, pa.DataType]) -> None:
         pa.RecordBatchReader.from_batches(target, batches),
         mode="overwrite",
         schema_mode="overwrite",
+        commit_properties=_no_rebase(),
     )
 
 

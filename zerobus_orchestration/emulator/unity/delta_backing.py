@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from deltalake import DeltaTable, Field, Schema
+from deltalake import CommitProperties, DeltaTable, Field, Schema
 
 from zerobus_orchestration.emulator.errors import EmulatorError
 from zerobus_orchestration.emulator.unity import types as uc_types
@@ -131,6 +131,9 @@ class DeltaBacking:
                 configuration=configuration,
                 storage_options=self._options,
                 raise_if_key_not_exists=False,
+                # Exactly version 0 or fail: delta-rs would retry a losing CREATE as version 1,
+                # replacing the schema of a table another process created meanwhile.
+                commit_properties=CommitProperties(max_commit_retries=0),
             )
         except Exception as exc:  # delta-rs refuses (a type it cannot store, storage): the statement fails
             raise _storage_failure(table, "create", exc) from exc
