@@ -36,7 +36,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 from pydantic import SecretStr
@@ -55,9 +54,17 @@ from zerobus_orchestration.catalog.base import (
     VendedCredentials,
     primary_raw_properties,
 )
+from zerobus_orchestration.catalog.delta_schema_ops import (
+    TIMESTAMP_NTZ_FEATURE,
+    add_columns,
+    comment_metadata,
+    contains_naive_timestamp,
+    naive_timestamp_in_map,
+    no_rebase,
+    rewrite_widened,
+)
 from zerobus_orchestration.catalog.plan import (
     AddColumn,
-    ColumnDef,
     CreateTable,
     ReconcilePlan,
     Refuse,
@@ -79,13 +86,11 @@ from zerobus_orchestration.errors import (
 from zerobus_orchestration.locations import is_local
 from zerobus_orchestration.reserved import SOURCE
 from zerobus_orchestration.tables import TableName, check_embedded_storage, table_uri, zerobus_dir
-from zerobus_orchestration.type_map import delta_json_type
 
 REGISTRY_FILE = "catalog.sqlite"
 DEFAULT_CATALOGS = ("main",)
 """The catalogs a fresh local warehouse has (``catalog.local_catalogs``), like a new Unity metastore's."""
 LOCAL_CREDENTIAL_TTL = timedelta(hours=1)
-TIMESTAMP_NTZ_FEATURE = "delta.feature.timestampNtz"
 _DELETE_ATTEMPTS = 5
 # Reconciles racing other processes (each attempt re-reads the table and re-plans).
 _RECONCILE_ATTEMPTS = 4
@@ -382,11 +387,11 @@ class LocalCatalog:
         dt = DeltaTable(location, storage_options=options)
         widened = {s.column: s.arrow_type for s in the_plan.steps if isinstance(s, WidenColumn)}
         if widened:
-            _rewrite_widened(dt, widened)
+            rewrite_widened(dt, widened)
             dt = DeltaTable(location, storage_options=options)
         added = [s.column for s in the_plan.steps if isinstance(s, AddColumn)]
         if added:
-            _add_columns(dt, added)
+            add_columns(dt, added)
         for comment in (s for s in the_plan.steps if isinstance(s, SetComment)):
             dt.alter.set_column_metadata(comment.column, {"comment": comment.comment})
         props = {s.key: s.value for s in the_plan.steps if isinstance(s, SetProperty)}
@@ -401,16 +406,16 @@ class LocalCatalog:
         # map: that table is written and then refused on open. Such columns are added right after the
         # create (after enabling the feature; the table is still empty, so NOT NULL is fine), so they
         # come last in the table.
-        deferred = [c for c in step.columns if _naive_timestamp_in_map(c.arrow_type)]
+        deferred = [c for c in step.columns if naive_timestamp_in_map(c.arrow_type)]
         first = [c for c in step.columns if c not in deferred]
         schema = pa.schema(
             [
-                pa.field(c.name, c.arrow_type, nullable=c.nullable, metadata=_comment_metadata(c) or None)
+                pa.field(c.name, c.arrow_type, nullable=c.nullable, metadata=comment_metadata(c) or None)
                 for c in first
             ]
         )
         configuration = dict(step.properties)
-        if any(_contains_naive_timestamp(c.arrow_type) for c in first):
+        if any(contains_naive_timestamp(c.arrow_type) for c in first):
             configuration[TIMESTAMP_NTZ_FEATURE] = "supported"
         dt = DeltaTable.create(
             location,
@@ -419,21 +424,12 @@ class LocalCatalog:
             configuration=configuration,
             storage_options=self._storage_options or None,
             raise_if_key_not_exists=False,
-            commit_properties=_no_rebase(),
+            commit_properties=no_rebase(),
         )
         role = Role(step.properties.get("twg.role", Role.DERIVED.value))
         self._register_table(full_name, str(dt.metadata().id), location, role)
         if deferred:
-            _add_columns(dt, deferred)
-
-
-def _no_rebase() -> Any:
-    """Commit exactly on the version read, or fail: delta-rs otherwise retries a losing commit on
-    the next version, and a losing CREATE then lands as version 1 and replaces the winner's schema
-    (two processes creating one table each lost the other's column)."""
-    from deltalake import CommitProperties
-
-    return CommitProperties(max_commit_retries=0)
+            add_columns(dt, deferred)
 
 
 def _refuse_widening(step: WidenColumn) -> Step:
@@ -458,77 +454,6 @@ def _refuse_column_mapping(table: str, name: str) -> Refuse:
         "local (delta-rs) backend cannot evolve or read a column-mapped table faithfully. Fix: rename "
         f"the column (e.g. {safe!r})",
     )
-
-
-def _rewrite_widened(dt: Any, widened: Mapping[str, pa.DataType]) -> None:
-    """Every row, cast to the widened schema, written back as one new version of the same table."""
-    from deltalake import write_deltalake
-
-    dataset = dt.to_pyarrow_dataset()
-    target = pa.schema(
-        [
-            pa.field(f.name, widened[f.name], f.nullable, f.metadata) if f.name in widened else f
-            for f in dataset.schema
-        ]
-    )
-    # Streamed batch by batch; the old files stay in place (only the log drops them), so the read is
-    # unaffected by the write, and a reader sees either the old version or the new one.
-    batches = (batch.cast(target) for batch in dataset.to_batches())
-    write_deltalake(
-        dt,
-        pa.RecordBatchReader.from_batches(target, batches),
-        mode="overwrite",
-        schema_mode="overwrite",
-        commit_properties=_no_rebase(),
-    )
-
-
-def _comment_metadata(column: ColumnDef) -> dict[str, str]:
-    return {"comment": column.comment} if column.comment is not None else {}
-
-
-def _add_columns(dt: Any, columns: list[ColumnDef]) -> None:
-    from deltalake import Field, TableFeatures
-
-    features = set(dt.protocol().reader_features or ()) | set(dt.protocol().writer_features or ())
-    if "timestampNtz" not in features and any(_contains_naive_timestamp(c.arrow_type) for c in columns):
-        dt.alter.add_feature(TableFeatures.TimestampWithoutTimezone, allow_protocol_versions_increase=True)
-    fields = [
-        Field.from_json(
-            json.dumps(
-                {
-                    "name": c.name,
-                    "type": delta_json_type(c.arrow_type),
-                    "nullable": c.nullable,
-                    "metadata": _comment_metadata(c),
-                }
-            )
-        )
-        for c in columns
-    ]
-    dt.alter.add_columns(fields)
-
-
-def _naive_timestamp_in_map(t: pa.DataType) -> bool:
-    if pa.types.is_map(t):
-        return _contains_naive_timestamp(t)
-    if pa.types.is_list(t):
-        return _naive_timestamp_in_map(t.value_type)
-    if pa.types.is_struct(t):
-        return any(_naive_timestamp_in_map(t.field(i).type) for i in range(t.num_fields))
-    return False
-
-
-def _contains_naive_timestamp(t: pa.DataType) -> bool:
-    if pa.types.is_timestamp(t):
-        return t.tz is None
-    if pa.types.is_list(t):
-        return _contains_naive_timestamp(t.value_type)
-    if pa.types.is_map(t):
-        return _contains_naive_timestamp(t.key_type) or _contains_naive_timestamp(t.item_type)
-    if pa.types.is_struct(t):
-        return any(_contains_naive_timestamp(t.field(i).type) for i in range(t.num_fields))
-    return False
 
 
 def _now() -> datetime:

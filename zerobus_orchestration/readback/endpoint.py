@@ -26,10 +26,14 @@ from pyiceberg.table import Table as IcebergTable
 from zerobus_orchestration.config import ReadbackConfig
 from zerobus_orchestration.errors import ConfigError, ReadbackError
 from zerobus_orchestration.readback.auth import rest_auth_properties
+from zerobus_orchestration.readback.iceberg_nulls import keep_list_nulls
 from zerobus_orchestration.reserved import OFFSET, SOURCE
 from zerobus_orchestration.tables import TableName
 
 SYNC_ROUTE: Final = "/zerobus/v1/sync/"  # the embedded facade's non-standard "convert now" endpoint
+
+# Every read-back scan goes through an IcebergEndpoint: a NULL array of structs must read as NULL.
+keep_list_nulls()
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.support.catalog_strategies import LOCAL_SCHEMAS
 from zerobus_orchestration.catalog.base import Access, DesiredTable, TableCatalog, TableTags
-from zerobus_orchestration.catalog.local import LocalCatalog, _naive_timestamp_in_map
+from zerobus_orchestration.catalog.delta_schema_ops import naive_timestamp_in_map
+from zerobus_orchestration.catalog.local import LocalCatalog
 from zerobus_orchestration.catalog.plan import AddColumn, CreateTable
 from zerobus_orchestration.config import CommentPolicy, Role
 from zerobus_orchestration.contracts import managed_comment
@@ -234,7 +235,7 @@ _RACER = """
 import sys
 import pyarrow as pa
 from zerobus_orchestration.catalog.base import DesiredTable
-from zerobus_orchestration.catalog.local import LocalCatalog, _naive_timestamp_in_map
+from zerobus_orchestration.catalog.local import LocalCatalog
 from zerobus_orchestration.config import Role
 
 schema = pa.schema([pa.field("id", pa.int64()), pa.field(sys.argv[2], pa.string())])
@@ -291,7 +292,7 @@ def test_any_supported_schema_round_trips_through_delta(
     got = [(c.name, c.arrow_type, c.nullable) for c in created.state.columns if c.name not in RESERVED_NAMES]
     # Same columns; order too, except that delta-rs forces naive timestamps inside maps to be added last.
     assert sorted(got, key=lambda c: c[0]) == sorted(expected, key=lambda c: c[0])
-    if not any(_naive_timestamp_in_map(arrow_storage_type(f.type)) for f in schema):
+    if not any(naive_timestamp_in_map(arrow_storage_type(f.type)) for f in schema):
         assert got == expected
     again = catalog.reconcile(T, d)
     assert again.plan.empty and again.state.version == created.state.version
