@@ -11,11 +11,18 @@ them (left unset: the defaults).
 
     python benchmarks/memory.py --json                       # 5 GB in ~100 MB batches
     python benchmarks/memory.py --gb 0.5 --batch-mb 100 --json
+    python benchmarks/memory.py --gb 1 --breakdown           # where RSS is at its peak (to stderr)
+
+``--breakdown`` tells what the peak is made of, which ``tracemalloc`` cannot (Arrow, the SDK's Rust
+core and glibc's heap are invisible to it): anonymous and file-backed RSS, Arrow's own allocations, and
+glibc's heap in use, free but kept (``mallinfo2``) and mmapped, at the sample with the highest RSS.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import json
 import logging
 import math
@@ -39,6 +46,7 @@ from zerobus_orchestration.runtime import ZerobusRuntime
 TABLE = "main.bench.memory"
 TEXT_PREFIX = "x" * 72
 MB = 1_000_000
+MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -72,14 +80,61 @@ def current_rss_mb() -> float:
         return 0.0
 
 
+_MALLINFO2 = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (every field a ``size_t``)."""
+
+    _fields_ = [(name, ctypes.c_size_t) for name in (*_MALLINFO2, "keepcost")]
+
+
+def _glibc() -> Any:
+    """glibc, if this process runs on it and it has ``mallinfo2`` (2.33+); None elsewhere."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        if libc is None or not hasattr(libc, "mallinfo2"):
+            return None
+    except OSError:
+        return None
+    libc.mallinfo2.restype = _MallInfo2
+    return libc
+
+
+def breakdown() -> dict[str, float]:
+    """RSS by kind (``/proc/self/status``), Arrow's allocations and glibc's heap, now, in MiB (the unit
+    of ``peak_rss_mb``, from ``ru_maxrss``)."""
+    parts: dict[str, float] = {"arrow": pa.total_allocated_bytes() / MIB}
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "RssAnon", "RssFile"):
+                    parts[key] = int(value.split()[0]) / 1024  # kB
+    except OSError:
+        pass
+    libc = _glibc()
+    if libc is not None:
+        info = libc.mallinfo2()
+        parts["glibc_heap_in_use"] = info.uordblks / MIB
+        parts["glibc_heap_free_kept"] = info.fordblks / MIB
+        parts["glibc_mmapped"] = info.hblkhd / MIB
+    return {key: round(value, 1) for key, value in parts.items()}
+
+
 class ArrowPeak:
-    """Samples ``pa.total_allocated_bytes`` every few milliseconds on a thread, and RSS over time."""
+    """Samples ``pa.total_allocated_bytes`` every few milliseconds on a thread, and RSS over time.
+
+    With ``breakdown``, also what RSS is made of at its highest sample (see ``breakdown()``)."""
 
     SERIES_EVERY_S = 0.1
 
-    def __init__(self) -> None:
+    def __init__(self, breakdown: bool = False) -> None:
         self.peak = 0
         self.series: list[list[float]] = []
+        self.breakdown = breakdown
+        self.at_peak: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="arrow-peak", daemon=True)
 
@@ -92,9 +147,10 @@ class ArrowPeak:
             now = time.monotonic()
             if now >= next_point:
                 next_point = now + self.SERIES_EVERY_S
-                self.series.append(
-                    [round(now - started, 2), round(current_rss_mb(), 1), round(allocated / MB, 1)]
-                )
+                rss = current_rss_mb()
+                self.series.append([round(now - started, 2), round(rss, 1), round(allocated / MB, 1)])
+                if self.breakdown and rss * MB / MIB > self.at_peak.get("VmRSS", 0.0):
+                    self.at_peak = breakdown()
 
     def __enter__(self) -> ArrowPeak:
         self._thread.start()
@@ -132,7 +188,14 @@ def reader(total_bytes: int, batch_rows: int, produced: list[int]) -> pa.RecordB
     return pa.RecordBatchReader.from_batches(schema, generate())
 
 
-def run(gb: float, batch_mb: float, inflight_mb: float | None, max_batch_mb: float | None) -> Result:
+def run(
+    gb: float,
+    batch_mb: float,
+    inflight_mb: float | None,
+    max_batch_mb: float | None,
+    *,
+    show_breakdown: bool = False,
+) -> Result:
     pool_settings: dict[str, Any] = {}
     if inflight_mb is not None:
         pool_settings["max_inflight_bytes"] = int(inflight_mb * MB)
@@ -152,9 +215,11 @@ def run(gb: float, batch_mb: float, inflight_mb: float | None, max_batch_mb: flo
             sample = batch(0, 10_000)
             batch_rows = max(1, math.ceil(batch_mb * MB / (sample.nbytes / sample.num_rows)))
             started = time.monotonic()
-            with ArrowPeak() as arrow:
+            with ArrowPeak(breakdown=show_breakdown) as arrow:
                 result = runtime.write(TABLE, reader(int(gb * 1e9), batch_rows, produced), source="memory")
             seconds = time.monotonic() - started
+            if show_breakdown:
+                print(f"at the highest RSS sample (MiB): {json.dumps(arrow.at_peak)}", file=sys.stderr)
             if result.rows_written != produced[1]:
                 raise SystemExit(f"wrote {result.rows_written} rows of {produced[1]}")
             pool = runtime.config.pool
@@ -194,9 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inflight-mb", type=float, default=None, help="pool.max_inflight_bytes in MB")
     parser.add_argument("--max-batch-mb", type=float, default=None, help="pool.max_batch_bytes in MB")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="print what RSS is made of at its peak (stderr)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    result = run(args.gb, args.batch_mb, args.inflight_mb, args.max_batch_mb)
+    result = run(args.gb, args.batch_mb, args.inflight_mb, args.max_batch_mb, show_breakdown=args.breakdown)
     if args.json:
         print(json.dumps(asdict(result)))
     else:

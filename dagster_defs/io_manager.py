@@ -37,8 +37,10 @@ from dagster_defs.handlers import (
     handler_for_load,
     handler_for_output,
 )
+from dagster_defs.latest_run import latest_tags, select_latest_runs
 from dagster_defs.metadata import (
     COLUMN_SCHEMA,
+    KEY_SOURCE_TAG,
     descriptions_from_column_schema,
     table_uri,
     write_metadata,
@@ -56,6 +58,7 @@ from dagster_defs.naming import (
 )
 from dagster_defs.resource import ZerobusResource
 from zerobus_orchestration.config import Role
+from zerobus_orchestration.coverage import source_tag
 from zerobus_orchestration.errors import NothingToVerifyError, PlanRefusedError, WriteBoundaryError
 from zerobus_orchestration.reserved import is_reserved
 from zerobus_orchestration.runtime import ZerobusRuntime
@@ -87,7 +90,9 @@ class ZerobusIOManager(dg.ConfigurableIOManagerFactory):  # type: ignore[type-ar
     ``zerobus/role`` (``primary_raw`` | ``derived``), ``partition_expr`` (column holding the partition key,
     used to filter partitioned inputs), ``dagster/column_schema`` (column descriptions become comments),
     ``zerobus/write_mode`` (``append`` | ``replace``, over the manager's ``write_mode``): ``replace``
-    makes a re-materialised partition replace that partition (docs/adr/0007-write-modes.md).
+    makes a re-materialised partition replace that partition (docs/adr/0007-write-modes.md), and inputs
+    of a ``replace`` asset read only the run each partition's latest materialisation names
+    (``latest_run.py``), never a newer run still writing or not yet past its delete.
 
     A table with a contract is created and evolved from the contract before anything is sent, whether or
     not the contract asset is in the run (``contract_definition.py``), never from the output's inferred
@@ -186,7 +191,36 @@ def _partition_label(context: dg.OutputContext) -> str | None:
     keys = list(context.asset_partition_keys)
     if len(keys) == 1:
         return keys[0]
-    return f"{keys[0]}...{keys[-1]}"  # a single-run backfill of a range writes one coverage partition
+    return _range_label(context, keys)  # a single-run backfill of a range writes one coverage partition
+
+
+def _range_label(context: dg.OutputContext, keys: Sequence[str]) -> str:
+    """``first...last`` of a range run. ``asset_partition_keys`` of a static partitions subset is a set
+    in no fixed order, so its ends would differ between a run and its re-execution; the key range is
+    the definition's order. An output spanning several ranges has none: its sorted ends, still stable."""
+    try:
+        span = context.asset_partition_key_range
+    except Exception:  # Dagster fails a subset of several ranges with its internal CheckError
+        return f"{min(keys)}...{max(keys)}"
+    return f"{span.start}...{span.end}"
+
+
+def _refuse_range_replace(context: dg.OutputContext, key: dg.AssetKey, table: str) -> None:
+    """A run over a partition range writes one coverage partition ``first...last``, whose replace could
+    not supersede the single-partition runs inside it (nor they it): refused before anything is sent."""
+    keys = list(context.asset_partition_keys) if context.has_asset_partitions else []
+    if len(keys) <= 1:
+        return
+    span = _range_label(context, keys)
+    raise dg.Failure(
+        description=f"asset {key.to_user_string()} (table {table}): write_mode='replace' replaces one "
+        f"partition per run, but this run covers the partition range {span} ({len(keys)} partitions); "
+        "nothing was sent. Fix: run one partition per run (a backfill of this asset with "
+        "backfill_policy=dg.BackfillPolicy.multi_run(1), or `dg launch --partition <key>` per "
+        "partition), or keep write_mode='append' for range runs",
+        metadata={"table": table, "partition_range": span},
+        allow_retries=False,
+    )
 
 
 def _coverage_partition(context: dg.OutputContext, source: str) -> str:
@@ -326,6 +360,8 @@ class ZerobusIO(dg.IOManager):
         changes: list[dict[str, str]] = []
         role = options.role or self._role
         mode = options.write_mode or self._write_mode
+        if mode is WriteMode.REPLACE:
+            _refuse_range_replace(context, key, ref.full_name)
         if contract is not None:  # the contract's role, and its description where both describe a column
             role = contract.role or role
             described = {**descriptions, **contract.descriptions}
@@ -371,8 +407,11 @@ class ZerobusIO(dg.IOManager):
             _drain_quietly(rt, context)
             exc.add_note(_landed_note(rt, ref.full_name, source, partition, mode))
             raise
-        if mode is WriteMode.REPLACE:  # the sensor's read-back then checks the other runs are gone
-            context.add_output_metadata({META_WRITE_MODE: mode.value})
+        if mode is WriteMode.REPLACE:
+            # The sensor's read-back then checks the other runs are gone, and inputs read this run only.
+            context.add_output_metadata(
+                {META_WRITE_MODE: mode.value, KEY_SOURCE_TAG: source_tag(source, partition)}
+            )
         if result.superseded_sources:
             context.log.info(
                 f"{ref.full_name}: replaced partition {_partition_label(context) or '(whole table)'!r}; "
@@ -415,6 +454,8 @@ class ZerobusIO(dg.IOManager):
         handler = handler_for_load(self._handlers, load_type, self._default, where=where)
         rt = self._zerobus.runtime
         table = self._read(context, rt, ref.full_name, source_for(key), where=where)
+        if (options.write_mode or self._write_mode) is WriteMode.REPLACE:
+            table = self._latest_runs(context, table, key, ref.full_name, where=where)
         table = self._select(context, table, options, where=where)
         return handler.from_arrow(table, load_type)
 
@@ -439,6 +480,27 @@ class ZerobusIO(dg.IOManager):
                 return state.arrow_schema().empty_table()
             rt.verify_readback(name)  # other writers' rows: wait until they are visible
         return rt.read_rows(name)
+
+    def _latest_runs(
+        self, context: dg.InputContext, table: pa.Table, key: dg.AssetKey, name: str, *, where: str
+    ) -> pa.Table:
+        """Only the run each partition's latest materialisation names (``latest_run.py``): a newer run
+        still writing, or not yet past its delete, is not read next to the complete one."""
+        partitions = list(context.asset_partition_keys) if context.has_asset_partitions else None
+        recorded = latest_tags(context.instance, key, partitions)
+        selection = select_latest_runs(table, source_for(key), recorded, partitions)
+        if selection.dropped_tags:
+            context.log.info(
+                f"{where}: read the latest complete run of each partition of {name}; skipped the rows of "
+                f"{list(selection.dropped_tags)} (a run not materialised yet, or superseded)"
+            )
+        if selection.unrecorded:
+            context.log.warning(
+                f"{where}: no materialisation of partition(s) {list(selection.unrecorded)} of {name} is "
+                "recorded in this Dagster instance, so every run's rows of them are read (a run written "
+                "outside this instance may be counted next to another)"
+            )
+        return selection.table
 
     def _select(
         self, context: dg.InputContext, table: pa.Table, options: AssetOptions, *, where: str

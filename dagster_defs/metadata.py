@@ -20,6 +20,8 @@ from zerobus_orchestration.type_map import delta_type
 KEY_TABLE = "zerobus/table"
 KEY_SOURCE = "zerobus/source"
 KEY_PARTITION = "zerobus/partition"
+# A replace write's ``_twg_source`` tag: inputs read only the run the latest materialisation names.
+KEY_SOURCE_TAG = "zerobus/source_tag"
 KEY_DELTA_VERSION = "zerobus/delta_version"
 COLUMN_SCHEMA = "dagster/column_schema"
 

@@ -214,6 +214,25 @@ def ingest(
             "'price=DECIMAL(38,2) NOT NULL'); repeatable. Every file is checked before anything is sent.",
         ),
     ] = None,
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode",
+            help="append (default) or replace: once this write's rows are visible, delete the earlier runs' "
+            "rows of the same partition (derived tables only; see the README's write modes).",
+        ),
+    ] = "append",
+    replace_key: Annotated[
+        str | None,
+        typer.Option(
+            "--replace-key",
+            help="With --mode replace: the logical partition to replace (default: --partition). The write "
+            "runs as partition KEY@RUN, RUN new for each command unless --partition names it.",
+        ),
+    ] = None,
+    role: Annotated[
+        str | None, typer.Option("--role", help="primary_raw or derived (default: config).")
+    ] = None,
     warehouse: WarehouseOpt = None,
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
@@ -221,23 +240,45 @@ def ingest(
     """Write files into a table as one write; return once every row is durable.
 
     Row positions count across all files in sorted path order, so re-running the same command resumes
-    after what was already delivered and sends only the rest.
+    after what was already delivered and sends only the rest. With ``--mode replace`` the earlier runs of
+    the partition are deleted once this run's rows are visible; pass ``--partition KEY@RUN`` to make a
+    replace resumable (re-running it resumes, then deletes).
     """
+    from zerobus_orchestration.cli_write_mode import write_partition
+    from zerobus_orchestration.config import Role
+    from zerobus_orchestration.errors import ConfigError
     from zerobus_orchestration.files import declared_columns, iter_file_batches, resolve_files
+    from zerobus_orchestration.input_schema import input_schema
     from zerobus_orchestration.runtime import acquire_runtime, close_all_runtimes
+    from zerobus_orchestration.write_modes import WriteMode, logical_partition, refuse_on_primary_raw
 
     cfg = resolve_config(config, warehouse)
     write_source = source or ",".join(Path(f).name for f in files)
+    write_mode = WriteMode.parse(mode, where=f"ingest into {table}")
+    table_role = Role(role) if role else cfg.role
+    if write_mode is WriteMode.REPLACE:
+        try:
+            refuse_on_primary_raw(table, table_role)  # before any file is read or the emulator started
+        except ConfigError as exc:  # the runtime's words, plus how to say "derived" on the command line
+            raise ConfigError(
+                f"{exc}; on the command line: --role derived (or ZEROBUS_ROLE=derived)"
+            ) from None
+    partition = write_partition(write_mode, partition, replace_key, table=table, source=source)
     try:
         inputs = resolve_files(files)
-        batches = iter_file_batches(inputs, batch_rows=65_536, schema=declared_columns(schema))
+        declared = declared_columns(schema)
+        batches = iter_file_batches(inputs, batch_rows=65_536, schema=declared)
         runtime = acquire_runtime(cfg)
         result = runtime.write(
             table,
             batches,
             source=write_source,
             partition=partition,
+            role=table_role,
             resume=not no_resume,
+            mode=write_mode,
+            replace_key=replace_key,
+            schema=input_schema(inputs, declared),  # an input without a row still creates the table
         ).as_dict()
     finally:
         close_all_runtimes()
@@ -246,6 +287,12 @@ def ingest(
         f"{result['table']} (skipped {result['rows_skipped']:,} already delivered; "
         f"Delta version {result['delta_version']})"
     )
+    if write_mode is WriteMode.REPLACE:
+        superseded = result["superseded_sources"]
+        human += (
+            f"\nreplaced partition {logical_partition(partition)!r} (this run: {partition!r}): deleted the "
+            f"rows of {len(superseded)} earlier run(s)" + (f": {', '.join(superseded)}" if superseded else "")
+        )
     emit({**result, "files": list(inputs.paths)}, as_json, human)
 
 

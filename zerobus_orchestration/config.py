@@ -62,17 +62,20 @@ class PoolConfig(_Model):
         4096, ge=1, description="Pending acks per stream before push blocks (with max_inflight_bytes)."
     )
     max_inflight_bytes: int = Field(
-        64 * 1024 * 1024,
+        32 * 1024 * 1024,
         ge=1,
         description="Unacknowledged bytes per table's pool before push blocks; bounds client memory "
-        "whatever the batch size (the SDK keeps its own copies of what is in flight, so RSS grows by "
-        "a few times this). A single larger batch is still sent, alone.",
+        "whatever the batch size. Each in-flight byte is held about twice (the batch, kept for "
+        "re-submission and its digest, and the SDK's own IPC copy, kept until acknowledged), so RSS "
+        "grows by about twice this plus allocator slack (docs/performance.md). A single larger batch "
+        "is still sent, alone.",
     )
     max_batch_bytes: int = Field(
-        8 * 1024 * 1024,
+        4 * 1024 * 1024,
         ge=1024,
-        description="Batches larger than this are sliced by rows (zero-copy) before submit, each slice "
-        "recorded as its own range; kept well under the SDK's 10 MiB per-call payload limit.",
+        description="Batches larger than this are sliced by rows before submit, each slice recorded as "
+        "its own range; well under the SDK's 10 MiB per-call payload limit. Smaller slices leave the C "
+        "heap fewer batch-sized holes it cannot reuse (docs/performance.md).",
     )
     healthy_member_wait_s: float = Field(
         30.0, gt=0, description="How long a batch waits for a healthy stream while members rebuild."

@@ -12,6 +12,26 @@ its input differently and still match. Rows are the payload columns the caller g
 engine stamps its reserved ``_twg_*`` columns (their values, such as ``_twg_emit_ts``, change per try).
 With a declared offset column, rows are hashed in offset order (stable), so a range's digest does
 not depend on the order the source yields them in.
+
+``ALGORITHM`` (``xxh3-128/arrow-buffers-v2``) is XXH3-128 over, in order: the header (sorted column
+names with their types), the row count, then per column in name order a validity section (one byte
+0; or 1 then one byte per row, 1 = valid, when the column holds a null) and its values:
+
+* fixed width (integers, floats, temporal, decimals, fixed-size binary): the little-endian value
+  bytes of the rows, with every null slot zeroed (the bytes beneath a null are unspecified);
+* boolean: one byte per row, 0 or 1 (0 beneath a null);
+* string and binary (and their large forms): each row's length (int32, int64 for the large forms
+  and for the view forms, which are hashed as the large ones; 0 for a null) then the rows' bytes;
+* anything else (nested and null types): the Arrow IPC body of the column alone, rebuilt with
+  offset 0 and exact buffers, preceded by its length (8 bytes).
+
+Numbers are hashed as Arrow holds them: little-endian on every platform this runs on.
+
+These are read from the column's own buffers (a slice's offset applied), not from a serialised copy:
+the digest runs per delivered batch on the ack lane, and hashing the buffers costs a fraction of a
+copy. XXH3 is not cryptographic, and need not be: the digest catches an input that changed by
+accident, not one forged to collide. ``sha256/arrow-ipc-v1``, recorded by earlier releases, is still
+computed for their records (``ALGORITHMS``), so a resume over an older coverage cache still checks them.
 """
 
 from __future__ import annotations
@@ -19,16 +39,28 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import xxhash
 
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 
 _TRANSIENT = pa.system_memory_pool()
 
-ALGORITHM = "sha256/arrow-ipc-v1"
+ALGORITHM = "xxh3-128/arrow-buffers-v2"
 """Stored with every digest: a later release that hashes differently must not compare against it."""
+
+SHA256_IPC_V1 = "sha256/arrow-ipc-v1"
+"""The algorithm of earlier releases: SHA-256 over the IPC body of a concatenated copy of the rows."""
+
+ALGORITHMS = (ALGORITHM, SHA256_IPC_V1)
+"""Every algorithm ``rows_digest`` computes: records of any of them are checked on resume."""
+
+_NO_NULLS = b"\0"
+_HAS_NULLS = b"\1"
 
 
 @dataclass(frozen=True)
@@ -54,28 +86,133 @@ class RangeDigest:
         return (self.span,) if self.runs is None else self.runs
 
 
+class _Hasher(Protocol):
+    def update(self, data: Any, /) -> None: ...
+
+    def digest(self) -> bytes: ...
+
+
 def rows_digest(
-    rows: pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch], order_by: str | None = None
+    rows: pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch],
+    order_by: str | None = None,
+    algorithm: str = ALGORITHM,
 ) -> bytes:
-    """The canonical digest of ``rows`` (see the module docstring); ``order_by`` hashes in that order."""
+    """The canonical digest of ``rows`` (see the module docstring); ``order_by`` hashes in that order.
+
+    ``algorithm``: one of ``ALGORITHMS`` (a stored record's own, to check it); ValueError otherwise.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown content digest algorithm {algorithm!r} (known: {', '.join(ALGORITHMS)})")
     batch = _one_batch(rows)
     if order_by is not None and batch.num_rows > 1:
         batch = batch.take(pc.sort_indices(batch.column(order_by)))  # Arrow's sort is stable
     names = sorted(batch.schema.names)
-    columns = [_canonical_nulls(_decoded(batch.column(name))) for name in names]
+    columns = [_decoded(batch.column(name)) for name in names]
     header = repr([(name, str(column.type)) for name, column in zip(names, columns, strict=True)])
-    if batch.num_rows:
-        # A fresh concatenation has offset 0 and exactly sized buffers: the IPC body of a sliced batch
-        # would carry the parent's bytes past the slice, so equal rows could hash differently.
-        # Both copies are transient: from the system allocator, since Arrow's default pool keeps freed
-        # blocks resident (client RSS, benchmarks/memory.py).
-        fresh = pa.RecordBatch.from_arrays(columns, names=names)
-        batch = pa.concat_batches([fresh, fresh.slice(0, 0)], memory_pool=_TRANSIENT)
-    # SHA-256 over BLAKE2: CPUs with SHA extensions hash it 2-3x faster here, and this runs per batch.
-    hasher = hashlib.sha256()
+    if algorithm == SHA256_IPC_V1:
+        return _sha256_ipc_v1(header, names, columns, batch.num_rows)
+    hasher: _Hasher = xxhash.xxh3_128()
     hasher.update(header.encode("utf-8"))
     hasher.update(str(batch.num_rows).encode("ascii"))
     if batch.num_rows:
+        for column in columns:
+            _hash_column(hasher, column)
+    return hasher.digest()
+
+
+def _hash_column(hasher: _Hasher, column: pa.Array) -> None:
+    """One column's validity section and values, as the module docstring defines them."""
+    if pa.types.is_string_view(column.type) or pa.types.is_binary_view(column.type):
+        # A view array's buffers depend on how it was built (inline or not, which data buffer): hash
+        # its values as the plain large form, whose buffers hold only the values.
+        large = pa.large_string() if pa.types.is_string_view(column.type) else pa.large_binary()
+        column = column.cast(large)
+    kind, n = column.type, len(column)
+    valid = _valid(column)
+    if valid is None:
+        hasher.update(_NO_NULLS)
+    else:
+        hasher.update(_HAS_NULLS)
+        hasher.update(valid.view(np.uint8))
+    if pa.types.is_boolean(kind):
+        values = _bits(column.buffers()[1], column.offset, n)
+        hasher.update((values if valid is None else values & valid).view(np.uint8))
+    elif _fixed_width(kind):
+        width = kind.byte_width
+        data = column.buffers()[1].slice(column.offset * width, n * width)
+        if valid is None:
+            hasher.update(data)
+        else:
+            rows = np.frombuffer(data, dtype=np.uint8).reshape(n, width).copy()
+            rows[~valid] = 0
+            hasher.update(rows)
+    elif _var_width(kind):
+        _hash_var_width(hasher, column, valid)
+    else:
+        _hash_ipc(hasher, column)
+
+
+def _hash_var_width(hasher: _Hasher, column: pa.Array, valid: np.ndarray[Any, Any] | None) -> None:
+    large = pa.types.is_large_string(column.type) or pa.types.is_large_binary(column.type)
+    offsets = _offsets(column, np.int64 if large else np.int32)
+    lengths = np.diff(offsets)
+    if valid is not None and lengths[~valid].any():
+        # A null slot may span bytes (the format allows it): fill nulls with the empty value so the
+        # data holds only the valid rows' bytes; the validity section already said which are null.
+        column = pc.fill_null(column, pa.scalar(b"", pa.binary()).cast(column.type))
+        offsets = _offsets(column, np.int64 if large else np.int32)
+        lengths = np.diff(offsets)
+    hasher.update(lengths)
+    data = column.buffers()[2]
+    if data is not None and offsets[-1] > offsets[0]:
+        hasher.update(data.slice(int(offsets[0]), int(offsets[-1] - offsets[0])))
+
+
+def _hash_ipc(hasher: _Hasher, column: pa.Array) -> None:
+    # A fresh concatenation has offset 0 and exactly sized buffers: the IPC body of a sliced array
+    # would carry the parent's bytes past the slice, so equal rows could hash differently.
+    fresh = pa.RecordBatch.from_arrays([column], names=["c"])
+    body = pa.concat_batches([fresh, fresh.slice(0, 0)], memory_pool=_TRANSIENT).serialize(
+        memory_pool=_TRANSIENT
+    )
+    hasher.update(len(body).to_bytes(8, "little"))
+    hasher.update(body)
+
+
+def _valid(column: pa.Array) -> np.ndarray[Any, Any] | None:
+    """One bool per row, True where valid; None when the column holds no null."""
+    if not column.null_count:
+        return None
+    bitmap = column.buffers()[0]
+    if bitmap is None:  # types without a validity bitmap (null, unions, run-end encoded)
+        return np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
+    return _bits(bitmap, column.offset, len(column))
+
+
+def _bits(bitmap: pa.Buffer, offset: int, n: int) -> np.ndarray[Any, Any]:
+    """Bits ``offset .. offset + n`` of an Arrow bitmap (least significant bit first), as bools."""
+    first, skip = divmod(offset, 8)
+    packed = np.frombuffer(bitmap, dtype=np.uint8, count=(skip + n + 7) // 8, offset=first)
+    bits: np.ndarray[Any, Any] = np.unpackbits(packed, count=skip + n, bitorder="little")[skip:]
+    return bits.view(np.bool_)
+
+
+def _offsets(column: pa.Array, dtype: type[np.signedinteger[Any]]) -> np.ndarray[Any, Any]:
+    """The ``len(column) + 1`` value offsets of a (large) string or binary column, its slice applied."""
+    itemsize = np.dtype(dtype).itemsize
+    return np.frombuffer(
+        column.buffers()[1], dtype=dtype, count=len(column) + 1, offset=column.offset * itemsize
+    )
+
+
+def _sha256_ipc_v1(header: str, names: list[str], columns: list[pa.Array], num_rows: int) -> bytes:
+    """``SHA256_IPC_V1``, exactly as earlier releases computed it (to check their records)."""
+    hasher = hashlib.sha256()
+    hasher.update(header.encode("utf-8"))
+    hasher.update(str(num_rows).encode("ascii"))
+    if num_rows:
+        fresh = pa.RecordBatch.from_arrays([_canonical_nulls(c) for c in columns], names=names)
+        batch = pa.concat_batches([fresh, fresh.slice(0, 0)], memory_pool=_TRANSIENT)
         hasher.update(batch.serialize(memory_pool=_TRANSIENT))
     return hasher.digest()
 
@@ -110,7 +247,7 @@ def _canonical_nulls(column: pa.Array) -> pa.Array:
     # may leave different values there, and the IPC body would hash them. Zero them first (fill_null),
     # then put the nulls back: the validity bitmap still says which slots are null.
     kind = column.type
-    if not column.null_count or not _fixed_width(kind):
+    if not column.null_count or not _legacy_fixed_width(kind):
         return column
     if pa.types.is_boolean(kind):
         zero = pa.scalar(False)
@@ -121,6 +258,27 @@ def _canonical_nulls(column: pa.Array) -> pa.Array:
 
 
 def _fixed_width(kind: pa.DataType) -> bool:
+    """Not boolean (bit-packed): every row takes ``kind.byte_width`` bytes."""
+    return bool(
+        pa.types.is_fixed_size_binary(kind)
+        or pa.types.is_integer(kind)
+        or pa.types.is_floating(kind)
+        or pa.types.is_temporal(kind)
+        or pa.types.is_decimal(kind)
+    )
+
+
+def _var_width(kind: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_string(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_large_binary(kind)
+    )
+
+
+def _legacy_fixed_width(kind: pa.DataType) -> bool:
+    """The types whose null slots ``SHA256_IPC_V1`` zeroed (boolean included, fixed-size binary not)."""
     return bool(
         pa.types.is_integer(kind)
         or pa.types.is_floating(kind)

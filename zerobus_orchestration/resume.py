@@ -107,6 +107,9 @@ def resume_slices(
     if not index.spans:
         for step in steps:
             yield from step.pieces
+            # A step holds its input batch: let it go before the source builds the next (every layer
+            # between reader and sink must, or two large input batches are alive at once).
+            del step
         return
     where = _where(table, source, partition)
     checker = ContentChecker(digests, index.spans, offset_column=offset_column, where=where)
@@ -131,6 +134,7 @@ def _checked(
             checker.feed(step.batch, step.start, step.offsets)
             held.extend(step.pieces)
             held_rows += sum(piece.batch.num_rows for piece in step.pieces)
+            del step  # not alive while the source builds the next batch (``held`` keeps what is needed)
             if holding and checker.pending:
                 if held_rows < hold_back_rows:
                     continue
@@ -142,9 +146,8 @@ def _checked(
                     held_rows,
                     checker.first_pending(),
                 )
-            for piece in held:
-                sent += piece.batch.num_rows
-                yield piece
+            sent += held_rows
+            yield from held  # no loop variable: a slice sent is not kept here while the next batch is built
             held, held_rows = [], 0
         checker.finish()
     except _Mismatch as mismatch:
@@ -240,6 +243,7 @@ def _positional(index: _Covered, batches: Iterable[pa.RecordBatch]) -> Iterator[
             for gap in intervals.gaps_between(index.overlapping(start, end), start, end)
         ]
         yield _Step(batch, start, None, pieces)
+        del batch, pieces  # not alive while the source builds the next batch
 
 
 def _by_offset_column(
@@ -250,6 +254,7 @@ def _by_offset_column(
             continue
         offsets = _offsets(batch, column, table)
         yield _Step(batch, 0, offsets, list(_uncovered_by_offset(index, batch, offsets)))
+        del batch, offsets  # not alive while the source builds the next batch
 
 
 def _uncovered_by_offset(index: _Covered, batch: pa.RecordBatch, offsets: pa.Array) -> Iterator[ResumeSlice]:

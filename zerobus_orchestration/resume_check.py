@@ -9,6 +9,8 @@ differently: digests are canonical over rows, not batches.
 Which digests count: records are append-only, so a range sent again with ``resume=False`` has two.
 The latest record wins; an older one overlapping it is superseded and not checked. Covered positions
 with no digest at all (recorded by a release before digests) are skipped unverified, with a warning.
+A record is checked with the algorithm it names (``digest.ALGORITHMS``: the current one and those of
+earlier releases); one of an unknown algorithm (a later release) is not checked, with a warning.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from zerobus_orchestration import intervals
-from zerobus_orchestration.digest import ALGORITHM, RangeDigest, rows_digest
+from zerobus_orchestration.digest import ALGORITHMS, RangeDigest, rows_digest
 from zerobus_orchestration.ranges import OffsetRange
 
 log = logging.getLogger(__name__)
@@ -193,7 +195,9 @@ class ContentChecker:
 
     def _check(self, entry: _Open) -> None:
         try:
-            actual = rows_digest(entry.pieces, self.offset_column)
+            # Each record is checked with its own algorithm: a cache written by an earlier release
+            # (another algorithm) is still verified after an upgrade, not skipped.
+            actual = rows_digest(entry.pieces, self.offset_column, entry.digest.algorithm)
         except pa.ArrowInvalid as exc:  # the range's rows come from batches with other columns or types
             raise _Mismatch(entry.digest.span, f"their columns differ between input batches ({exc})") from exc
         entry.pieces = []  # the range is settled either way: free its rows
@@ -207,10 +211,15 @@ class ContentChecker:
 def _effective(digests: Iterable[RangeDigest], where: str) -> list[RangeDigest]:
     """The digests to check: latest record wins; older ones it overlaps are superseded."""
     every = list(digests)
-    usable = [d for d in every if d.algorithm == ALGORITHM]
+    usable = [d for d in every if d.algorithm in ALGORITHMS]
     foreign = len(every) - len(usable)
     if foreign:
-        log.warning("%s: %d content digest(s) of another algorithm are not checked", where, foreign)
+        log.warning(
+            "%s: %d content digest(s) of another algorithm (not one of %s) are not checked",
+            where,
+            foreign,
+            ", ".join(ALGORITHMS),
+        )
     envelopes = sorted((d.span for d in usable), key=lambda span: span.start)
     if all(a.end <= b.start for a, b in itertools.pairwise(envelopes)):
         return usable  # the usual case: every batch was delivered once, nothing supersedes anything

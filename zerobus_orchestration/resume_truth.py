@@ -205,12 +205,13 @@ class TruthSkip:
                 index = CoveredIndex(self.learnt)
                 self._reached = max(self._reached, _high_mark(truth))
             kept = list(without(piece, index, offset_column=self._offset_column, table=self._table))
-            sent = 0
-            for part in kept:
-                sent += part.batch.num_rows
-                self.rows_resent += self._below_reached(part)
-                yield part
-            self.rows_skipped += piece.batch.num_rows - sent
+            self.rows_skipped += piece.batch.num_rows - sum(part.batch.num_rows for part in kept)
+            self.rows_resent += sum(self._below_reached(part) for part in kept)
+            # No loop variable, and neither ``piece`` nor ``kept`` kept: a slice pins its whole input
+            # batch, which must not be alive while the source builds the next one.
+            del piece
+            yield from kept
+            del kept
 
     def _below_reached(self, part: ResumeSlice) -> int:
         # Positions are submitted in order, so every position below the highest one known delivered was

@@ -44,7 +44,7 @@ from zerobus_orchestration.readback_service import ReadbackService
 from zerobus_orchestration.registry import ProcessRegistry
 from zerobus_orchestration.results import RuntimeHealth as RuntimeHealth
 from zerobus_orchestration.results import WriteResult as WriteResult
-from zerobus_orchestration.resume import resume_slices
+from zerobus_orchestration.resume import ResumeSlice, resume_slices
 from zerobus_orchestration.resume_truth import TruthSkip, learn_from_table
 from zerobus_orchestration.sink.confirmation import LaneKind
 from zerobus_orchestration.sink.pool import StreamPool
@@ -229,12 +229,18 @@ class ZerobusRuntime:
         ordering_key: str | None = None,
         mode: WriteMode | str = WriteMode.APPEND,
         replace_key: str | None = None,
+        schema: pa.Schema | None = None,
     ) -> WriteResult:
         """Reconcile, skip what coverage already holds, stream pipelined, return once durable.
 
         ``mode="replace"``: once this write's rows are durable and visible in the table, the rows of the
         other runs of its logical partition (``replace_key``, default the part of ``partition`` before
         its last ``@``) are deleted through the catalog (``write_modes``). Refused on primary raw.
+
+        ``schema``: the input's schema when the caller knows it up front (a declared schema or contract,
+        a file's own schema). A write that holds no row still creates a missing table, from ``schema``,
+        else from the input's own (a ``Table``, a batch, or a stream of empty batches), so a reader
+        downstream finds an empty table instead of none.
         """
         started = time.monotonic()
         name = TableName.parse(table).full_name
@@ -289,12 +295,10 @@ class ZerobusRuntime:
                 table=name,
             )
             # In-memory input is checked whole before anything is sent, resumed or not (see ``push``).
-            sink.push_positioned(
-                ((p.batch, None if offset_column else p.start_offset) for p in pieces),
-                whole=is_in_memory(data),
-            )
+            sink.push_positioned(_positioned_pieces(pieces, offset_column), whole=is_in_memory(data))
             skipped = counted.rows - sink.finish()[0].rows
             resent_after_crash = pieces.rows_resent
+            schema = schema if schema is not None else counted.schema
             if skipped or resent_after_crash:
                 log.info(
                     "%s: resumed %s %r, skipped %d delivered row(s) (%d on the table's word), re-sent %d "
@@ -310,6 +314,9 @@ class ZerobusRuntime:
             sink.push(data)
         sink.flush()  # the durability barrier: every confirmation has fired once this returns
         info, span = sink.finish()
+        if info.rows == 0 and not skipped:
+            known = schema if schema is not None else _schema_of(data)
+            self._create_when_empty(name, known, role, descriptions, tags, source)
         health = sink.health()
         resent = sink.pool.rows_possibly_resent - resent_before
         with self._lock:
@@ -344,6 +351,30 @@ class ZerobusRuntime:
             rows_resent_after_crash=resent_after_crash,
             superseded_sources=superseded,
         )
+
+    def _create_when_empty(
+        self,
+        name: str,
+        schema: pa.Schema | None,
+        role: Role | None,
+        descriptions: Descriptions,
+        tags: TableTags | None,
+        source: str,
+    ) -> None:
+        """An empty write still creates its missing table, as its first batch would have (same gate)."""
+        if schema is None or self.catalog.describe(name) is not None:
+            return
+        untyped = [f.name for f in schema if pa.types.is_null(f.type)]
+        if untyped:  # an empty input's columns with no type (e.g. from empty lists): nothing to create from
+            log.warning(
+                "%s: the write held no row and column(s) %s have no type (Arrow null), so the table was not "
+                "created; declare their types (schema=...) to create it from an empty input",
+                name,
+                untyped,
+            )
+            return
+        self._gate(role, descriptions, tags, source=source).ensure(name, schema)
+        log.info("%s: the write held no row; created the table from the input's schema", name)
 
     def _supersede(self, name: str, source: str, partition: str, replace_key: str | None) -> tuple[str, ...]:
         """The ``replace`` step after the write's flush: delete the other runs, forget their coverage."""
@@ -516,17 +547,39 @@ def _batches(data: ArrowData) -> Iterable[pa.RecordBatch]:
     return data
 
 
+def _schema_of(data: ArrowData) -> pa.Schema | None:
+    """The schema in-memory input carries even with no row (a stream's is known only once read)."""
+    if isinstance(data, pa.RecordBatch | pa.Table):
+        return data.schema
+    if isinstance(data, list | tuple) and data and isinstance(data[0], pa.RecordBatch):
+        return data[0].schema
+    return None
+
+
+def _positioned_pieces(
+    pieces: Iterable[ResumeSlice], offset_column: str | None
+) -> Iterator[tuple[pa.RecordBatch, int | None]]:
+    """Each resumed slice with its first row's position (None: the offset column gives positions)."""
+    for piece in pieces:
+        yield piece.batch, None if offset_column else piece.start_offset
+        del piece  # a slice pins its whole input batch: let it go before the source builds the next
+
+
 class _RowCounter:
     """Counts the rows of a batch stream as it is consumed (how many a resumed write skipped)."""
 
     def __init__(self, batches: Iterable[pa.RecordBatch]) -> None:
         self._batches = batches
         self.rows = 0
+        self.schema: pa.Schema | None = None  # the first batch's, even an empty one's
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         for batch in self._batches:
             self.rows += batch.num_rows
+            if self.schema is None and isinstance(batch, pa.RecordBatch):
+                self.schema = batch.schema
             yield batch
+            del batch  # not alive while the source builds the next one (two large batches at once)
 
 
 # -- the documented per-process registry (``registry.py``) ------------------------------------------

@@ -48,6 +48,29 @@ def partition_of_tag(tag: str, source: str) -> str | None:
     return None
 
 
+def latest_run_filter(*tags: str) -> str:
+    """A SQL predicate that keeps only the rows of the given runs: ``_twg_source IN ('<tag>', ...)``.
+
+    ``tags``: the ``_twg_source`` tag a write records (the Airflow ingest's XCom ``source_tag``; one per
+    map index of a mapped ingest). A ``replace`` write returns only once its rows are visible and the
+    other runs of its partition are deleted, so its tag names the latest complete run of that partition;
+    filtering on it reads that run once even while an older run's rows are still in the table
+    (docs/adr/0007-write-modes.md). The column is unquoted, so the predicate is the same in Databricks
+    SQL, DataFusion (``deltalake.QueryBuilder``) and DuckDB.
+    """
+    if not tags:
+        raise ConfigError("latest_run_filter needs at least one _twg_source tag (the ingest's source_tag)")
+    for tag in tags:
+        if not tag or any(c in tag for c in "'\\\n"):
+            raise ConfigError(
+                f"latest_run_filter: _twg_source tag {tag!r} is empty or holds a quote, backslash or newline "
+                "that a SQL literal would need escaping for; fix: pass the ingest's source_tag as recorded, "
+                "and use a replace_key without those characters"
+            )
+    # The reserved column ``_twg_source`` (reserved.SOURCE); a value module does not import its siblings.
+    return "_twg_source IN (" + ", ".join(f"'{tag}'" for tag in tags) + ")"
+
+
 def refuse_on_primary_raw(table: str, role: Role) -> None:
     if role is Role.PRIMARY_RAW:
         raise ConfigError(

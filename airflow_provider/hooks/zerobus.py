@@ -156,11 +156,13 @@ class ZerobusHook(BaseHook):
         role: Role | None = None,
         resume: bool = True,
         mode: str = "append",
+        schema: pa.Schema | None = None,
     ) -> WriteResult:
         """Push ``data`` pipelined; returns once the last batch is durable (resumes from coverage).
 
         ``mode="replace"``: then delete the other runs of the partition's logical part (before its last
-        ``@``) once the rows are visible (docs/adr/0007-write-modes.md).
+        ``@``) once the rows are visible (docs/adr/0007-write-modes.md). ``schema``: the table is
+        created from it when ``data`` holds no row.
         """
         return self.get_conn().write(
             table,
@@ -171,6 +173,7 @@ class ZerobusHook(BaseHook):
             role=role,
             resume=resume,
             mode=mode,
+            schema=schema,
         )
 
     def verify_readback_once(
@@ -180,11 +183,14 @@ class ZerobusHook(BaseHook):
         source: str | None = None,
         partition: str | None = None,
         ranges: Sequence[OffsetRange] | None = None,
+        replaces: str | None = None,
     ) -> ReadbackOutcome:
         """One non-blocking, judged, read-only read-back attempt; its status says whether to keep waiting.
 
         Goes through the core's ``ReadbackService`` (catalog and Iceberg only): no write runtime, no
-        stream pool. ``ranges``: what the ingest recorded as delivered (its XCom).
+        stream pool. ``ranges``: what the ingest recorded as delivered (its XCom). ``replaces``: the
+        ingest was a ``replace`` of this logical partition; rows of its other runs still in the table are
+        duplicates (the attempt is then ``INCOMPLETE``).
         """
         from zerobus_orchestration.readback.judge import outcome_of_error
         from zerobus_orchestration.runtime import readback_service
@@ -193,7 +199,9 @@ class ZerobusHook(BaseHook):
             service = readback_service(self.get_config())
         except Exception as exc:  # a connection that builds no service is judged like any failed attempt
             return outcome_of_error(exc, table)
-        return service.verify_once(table, source=source, partition=partition, ranges=ranges)
+        return service.verify_once(
+            table, source=source, partition=partition, ranges=ranges, replaces=replaces
+        )
 
     async def averify_readback_once(
         self,
@@ -202,6 +210,7 @@ class ZerobusHook(BaseHook):
         source: str | None = None,
         partition: str | None = None,
         ranges: Sequence[OffsetRange] | None = None,
+        replaces: str | None = None,
     ) -> ReadbackOutcome:
         """``verify_readback_once`` for triggers: the connection is read asynchronously, pyiceberg in a
         thread."""
@@ -212,7 +221,12 @@ class ZerobusHook(BaseHook):
 
             return outcome_of_error(exc, table)
         return await asyncio.to_thread(
-            self.verify_readback_once, table, source=source, partition=partition, ranges=ranges
+            self.verify_readback_once,
+            table,
+            source=source,
+            partition=partition,
+            ranges=ranges,
+            replaces=replaces,
         )
 
     def health(self) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from airflow_provider.utils.lineage import (
 )
 from airflow_provider.utils.observability import redact
 from zerobus_orchestration.config import Role
+from zerobus_orchestration.coverage import source_tag
 from zerobus_orchestration.errors import (
     ConfigError,
     PlanRefusedError,
@@ -42,6 +43,7 @@ from zerobus_orchestration.errors import (
     WriteBoundaryError,
 )
 from zerobus_orchestration.schema_text import arrow_schema_of_text
+from zerobus_orchestration.write_modes import WriteMode, logical_partition
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -63,6 +65,7 @@ SUMMARY_KEYS = (
     "delivery_latency_p99_s",
     "delta_version",
     "duration_s",
+    "superseded_sources",
 )
 
 
@@ -218,7 +221,7 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         # pyarrow-backed readers are imported here, at execute time: DAG files import this module on
         # every parse, and pyarrow alone costs the DAG processor ~0.4 s per file.
         from airflow_provider.utils.sql import iter_sql_batches
-        from zerobus_orchestration.files import iter_file_batches, resolve_files
+        from zerobus_orchestration.files import FileFormat, iter_file_batches, resolve_files
 
         if self.sql is not None:
             return iter_sql_batches(
@@ -241,7 +244,11 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
             raise AirflowFailException(f"{message}; check the path or set allow_empty=True")
         self.log.info("ingesting %d %s file(s) into %s", len(files.paths), files.format.value, self.table)
         self.lineage.inputs = [file_dataset(path) for path in files.paths]
-        return iter_file_batches(files, self.batch_rows, schema=target_schema)  # every file checked first
+        batches = iter_file_batches(files, self.batch_rows, schema=target_schema)  # every file checked first
+        if target_schema is None and files.format is FileFormat.PARQUET:
+            # Empty Parquet files still declare their schema: the runtime creates the table from it.
+            return _schema_when_empty(batches, files.paths[0])
+        return batches
 
     def _reconcile_first(
         self, batches: Iterator[pa.RecordBatch], schema: pa.Schema | None
@@ -316,10 +323,17 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
                 role=self._role(),
                 resume=self.resume,
                 mode=mode,
+                schema=target_schema,  # the declared schema creates the table even from an empty source
             )
             raw = result.as_dict()
             summary = {key: raw[key] for key in SUMMARY_KEYS if key in raw}
-            summary.update(source=source, partition=partition)
+            # ``source_tag``: the ``_twg_source`` value of this run's rows, what a downstream task filters
+            # on to read only this (the latest complete) run (write_modes.latest_run_filter).
+            summary.update(
+                source=source, partition=partition, write_mode=mode, source_tag=source_tag(source, partition)
+            )
+            if mode == WriteMode.REPLACE.value:
+                summary["replace_key"] = logical_partition(partition)
             self.lineage.schema = tap.schema or target_schema
             self.lineage.rows_written, self.lineage.bytes_written = result.rows_written, result.bytes_written
             self._emit_table_asset(context, identity, summary)
@@ -369,3 +383,17 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
 def _chain(first: list[pa.RecordBatch], rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield from first
     yield from rest
+
+
+def _schema_when_empty(batches: Iterator[pa.RecordBatch], first_file: str) -> Iterator[pa.RecordBatch]:
+    """``batches``, or one empty batch of the first file's own schema when they hold none (so an empty
+    first write still creates the table; the footer is read only then)."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    seen = False
+    for batch in batches:
+        seen = True
+        yield batch
+    if not seen:
+        yield pa.RecordBatch.from_pylist([], schema=ds.dataset(first_file, format="parquet").schema)

@@ -11,6 +11,11 @@ refused then (put them in the connection, which the triggerer reads itself).
 
 No delivered coverage for the key is never "not yet" (waiting cannot create it): the sensor succeeds
 when the ingest's XCom says it wrote 0 rows, and otherwise fails naming the table, source and partition.
+
+A ``replace`` ingest (its XCom's ``write_mode``) is verified under the partition it wrote
+(``<logical date or replace_key>/<map index>@<run id>``) and with ``replaces`` = its ``replace_key``: rows of
+other runs of that logical partition still in the table are counted as duplicates and the read-back is
+``INCOMPLETE`` until they are gone (docs/adr/0007-write-modes.md), never "verified, 0 duplicates".
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from airflow_provider.utils.readback import (
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.readback.record import WriteRecord
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
+from zerobus_orchestration.write_modes import RUN_SEPARATOR, WriteMode
 
 
 class ZerobusReadbackSensor(BaseSensorOperator):
@@ -104,18 +110,39 @@ class ZerobusReadbackSensor(BaseSensorOperator):
         return ZerobusHook(zerobus_conn_id=self.zerobus_conn_id, config_overrides=self.config_overrides)
 
     def _keys(self, context: Context) -> tuple[str | None, str | None]:
-        if self.ingest_task_id:
-            return coverage_keys(
-                self.dag_id, self.ingest_task_id, str(context["run_id"]), self.ingest_map_index
-            )
-        return self.source or None, self.partition or None
+        source, partition, _replaces = self._target(context)
+        return source, partition
+
+    def _target(self, context: Context) -> tuple[str | None, str | None, str | None]:
+        """(source, partition, replaced logical partition or ``None``) of the write to verify."""
+        if not self.ingest_task_id:
+            return self.source or None, self.partition or None, None
+        run_id = str(context["run_id"])
+        source, partition = coverage_keys(self.dag_id, self.ingest_task_id, run_id, self.ingest_map_index)
+        upstream = self._upstream(context)
+        if upstream is None or upstream.get("write_mode") != WriteMode.REPLACE.value:
+            return source, partition, None
+        key, written = upstream.get("replace_key"), upstream.get("partition")
+        # Only this run's replace write of this task: its partition is the replaced key plus this run.
+        if (
+            upstream.get("source") == source
+            and isinstance(key, str)
+            and key.endswith(f"/{self.ingest_map_index}")
+            and written == f"{key}{RUN_SEPARATOR}{run_id}"
+        ):
+            return source, written, key
+        return source, partition, None
+
+    def _upstream(self, context: Context) -> Mapping[str, Any] | None:
+        upstream = context["ti"].xcom_pull(task_ids=self.ingest_task_id, map_indexes=self.ingest_map_index)
+        return upstream if isinstance(upstream, Mapping) else None
 
     def _record(self, context: Context) -> WriteRecord | None:
         """The ingest's own record of what it delivered (its XCom), if it left one."""
         if not self.ingest_task_id:
             return None
-        upstream = context["ti"].xcom_pull(task_ids=self.ingest_task_id, map_indexes=self.ingest_map_index)
-        if not isinstance(upstream, Mapping):
+        upstream = self._upstream(context)
+        if upstream is None:
             return None
         record = WriteRecord.from_summary(upstream, table=self.table)
         if record is None or (record.source, record.partition) != self._keys(context):
@@ -123,10 +150,14 @@ class ZerobusReadbackSensor(BaseSensorOperator):
         return record
 
     def _attempt(self, context: Context) -> ReadbackOutcome:
-        source, partition = self._keys(context)
+        source, partition, replaces = self._target(context)
         record = self._record(context)
         return self.hook.verify_readback_once(
-            self.table, source=source, partition=partition, ranges=None if record is None else record.ranges
+            self.table,
+            source=source,
+            partition=partition,
+            ranges=None if record is None else record.ranges,
+            replaces=replaces,
         )
 
     def _succeed(self, report: dict[str, Any] | None) -> dict[str, Any]:
@@ -155,6 +186,7 @@ class ZerobusReadbackSensor(BaseSensorOperator):
                 "source": source,
                 "partition": partition,
                 "rows_written": 0,
+                "expected_rows": 0,
                 "nothing_to_verify": True,
                 "verified": True,
             }
@@ -206,7 +238,7 @@ class ZerobusReadbackSensor(BaseSensorOperator):
         done = self._decide(context, outcome)
         if done is not None:
             return done
-        source, partition = self._keys(context)
+        source, partition, replaces = self._target(context)
         record = self._record(context)
         trigger = ZerobusReadbackTrigger(
             table=self.table,
@@ -215,6 +247,7 @@ class ZerobusReadbackSensor(BaseSensorOperator):
             source=source,
             partition=partition,
             ranges=None if record is None else record.primitives(),
+            replaces=replaces,
             poll_interval=float(self.poke_interval),
             max_poll_interval=self.max_poll_interval,
             config_overrides=self.config_overrides,

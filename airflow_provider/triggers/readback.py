@@ -6,7 +6,8 @@ triggerer. No secret is among them: the triggerer reads the connection ``zerobus
 (asynchronously) and rebuilds the config from it; ``config_overrides`` holding a secret setting are
 refused. What to verify is the ingest's own record, ``ranges`` (``[[start, end], ...]`` of
 ``source``/``partition``), so the triggerer host needs no file of the worker's; without it the core
-falls back to the table's own truth.
+falls back to the table's own truth. ``replaces``: the ingest was a ``replace`` of that logical
+partition, so rows of its other runs still in the table are duplicates (docs/adr/0007-write-modes.md).
 
 Every poll is one read-only ``ZerobusHook.averify_readback_once`` (the core's ``ReadbackService``, run
 in a worker thread: pyiceberg is synchronous): no write runtime, no stream pool. Whether an attempt is
@@ -45,6 +46,7 @@ class ZerobusReadbackTrigger(BaseTrigger):
     """Poll read-back of ``table`` (optionally one coverage ``source`` / ``partition``) until ``end_time``.
 
     :param ranges: the delivered offset ranges of ``source``/``partition`` from the ingest's record.
+    :param replaces: the logical partition a ``replace`` ingest replaced (its XCom's ``replace_key``).
     :param poll_interval: first pause between polls, seconds; grows by half each poll up to
         ``max_poll_interval`` (Iceberg conversion lag is seconds to minutes).
     :param config_overrides: non-secret settings over the connection's (a secret raises ``ConfigError``).
@@ -59,6 +61,7 @@ class ZerobusReadbackTrigger(BaseTrigger):
         source: str | None = None,
         partition: str | None = None,
         ranges: Sequence[Sequence[int]] | None = None,
+        replaces: str | None = None,
         poll_interval: float = 1.0,
         max_poll_interval: float = 30.0,
         config_overrides: Mapping[str, Any] | None = None,
@@ -72,6 +75,7 @@ class ZerobusReadbackTrigger(BaseTrigger):
         self.source = source
         self.partition = partition
         self.ranges = None if ranges is None else ranges_to_primitives(ranges_from_primitives(ranges))
+        self.replaces = replaces
         self.poll_interval = float(poll_interval)
         self.max_poll_interval = float(max_poll_interval)
         self.config_overrides = overrides
@@ -86,6 +90,7 @@ class ZerobusReadbackTrigger(BaseTrigger):
                 "source": self.source,
                 "partition": self.partition,
                 "ranges": self.ranges,
+                "replaces": self.replaces,
                 "poll_interval": self.poll_interval,
                 "max_poll_interval": self.max_poll_interval,
                 "config_overrides": self.config_overrides,
@@ -125,7 +130,11 @@ class ZerobusReadbackTrigger(BaseTrigger):
         while time.time() < self.end_time:
             polls += 1
             last = await hook.averify_readback_once(
-                self.table, source=self.source, partition=self.partition, ranges=ranges
+                self.table,
+                source=self.source,
+                partition=self.partition,
+                ranges=ranges,
+                replaces=self.replaces,
             )
             status = event_status(last)
             if status is not None:

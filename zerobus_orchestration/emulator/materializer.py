@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Protocol
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
+from deltalake import (
+    ColumnProperties,
+    CommitProperties,
+    DeltaTable,
+    Transaction,
+    WriterProperties,
+    write_deltalake,
+)
 
 from zerobus_orchestration.emulator.errors import ConformError, TableFailedError
 from zerobus_orchestration.emulator.records import batches_from_ipc
@@ -40,6 +47,13 @@ from zerobus_orchestration.retry import Backoff
 log = logging.getLogger(__name__)
 
 WAL_APP_ID = "zerobus-emulator-wal"
+# Encoding Parquet is most of what materialising costs, and it shares this process (and the cores) with
+# the gRPC handlers acknowledging batches (benchmarks/scaling.py, docs/performance.md). Snappy, delta-rs's
+# default: ZSTD took ~45 % more CPU per GB. No dictionary pages: building them took ~half of the
+# encoding CPU (4.5 -> 2.4 s per GB) for files ~15 % larger; every reader reads either.
+WRITER_PROPERTIES = WriterProperties(
+    compression="SNAPPY", default_column_properties=ColumnProperties(dictionary_enabled=False)
+)
 MAX_COMMIT_BYTES = 256 * 1024 * 1024
 MAX_KEPT_ERRORS = 100
 MAX_TRANSIENT_FAILURES = 8  # then the table is marked failed instead of retried forever
@@ -168,9 +182,7 @@ class TableState:
             dt,
             data,
             mode="append",
-            # Snappy (delta-rs's default): ZSTD took ~45 % more CPU per GB in this process, which the
-            # gRPC handlers acknowledging batches share (benchmarks/scaling.py, docs/performance.md).
-            writer_properties=WriterProperties(compression="SNAPPY"),
+            writer_properties=WRITER_PROPERTIES,
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=WAL_APP_ID, version=last)]
             ),

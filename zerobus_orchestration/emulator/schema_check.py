@@ -203,3 +203,10 @@ def conform(table: str, batch: pa.RecordBatch, target: pa.Schema, *, fill_missin
         arrays.append(cast)
         fields.append(t)
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def unchanged(incoming: pa.RecordBatch, conformed: pa.RecordBatch) -> bool:
+    """Whether ``conform`` kept ``incoming``'s columns as they are: same names, order and types."""
+    if incoming.schema.names != conformed.schema.names:
+        return False
+    return all(a.type.equals(b.type) for a, b in zip(incoming.schema, conformed.schema, strict=True))

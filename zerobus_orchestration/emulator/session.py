@@ -39,7 +39,7 @@ from zerobus_orchestration.emulator.quotas import StreamLimiter, Throttle
 from zerobus_orchestration.emulator.records import (
     batch_to_ipc,
 )
-from zerobus_orchestration.emulator.schema_check import conform
+from zerobus_orchestration.emulator.schema_check import conform, unchanged
 from zerobus_orchestration.emulator.status import RpcFailure
 from zerobus_orchestration.emulator.table_health import TableFailure
 from zerobus_orchestration.emulator.value_check import check_values
@@ -95,6 +95,9 @@ class Decoded:
     batch: pa.RecordBatch | None
     wire_offset: int
     nbytes: int
+    # An IPC stream holding exactly ``batch`` as received (Arrow path): logged as is when the table
+    # takes the batch unchanged, instead of serialising it again.
+    ipc: bytes | None = None
 
 
 Decode = Callable[[Any], Decoded]
@@ -168,7 +171,7 @@ class StreamSession:
                 self.events.put(_Abort(failure.rpc_failure()))
                 return
             try:
-                seq = self.state.wal.append(batch_to_ipc(batch))
+                seq = self.state.wal.append(wal_payload(decoded, batch))
             except (OSError, WalUnusableError) as exc:
                 self.events.put(_Abort(wal_failure(self.state, exc)))
                 return
@@ -235,6 +238,13 @@ class StreamSession:
             except queue.Empty:
                 if not context.is_active():
                     return None
+
+
+def wal_payload(decoded: Decoded, conformed: pa.RecordBatch) -> bytes:
+    """The IPC stream to log: the received one when conforming changed nothing, else a new one."""
+    if decoded.ipc is not None and decoded.batch is not None and unchanged(decoded.batch, conformed):
+        return decoded.ipc
+    return batch_to_ipc(conformed)
 
 
 def wal_failure(state: TableState, exc: BaseException) -> RpcFailure:

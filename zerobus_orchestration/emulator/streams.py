@@ -25,7 +25,8 @@ from zerobus_orchestration.emulator.proto import zerobus_service_pb2 as _zerobus
 from zerobus_orchestration.emulator.records import (
     RowDecoder,
     avro_decoder,
-    batch_from_frame,
+    frame_stream,
+    ipc_message,
     json_decoder,
     proto_decoder,
     rows_to_batch,
@@ -167,6 +168,7 @@ def do_put(services: StreamServices, requests: Iterator[Any], context: grpc.Serv
     try:
         first = next(requests)
         schema = schema_from_frame(first.data_header)
+        schema_message = ipc_message(first.data_header, b"")
     except (StopIteration, grpc.RpcError):
         opened.release()
         return
@@ -189,8 +191,8 @@ def do_put(services: StreamServices, requests: Iterator[Any], context: grpc.Serv
         frames += 1
         if not frame.data_header:
             return Decoded(None, offset, 0)
-        batch = batch_from_frame(schema, frame.data_header, frame.data_body)
-        return Decoded(batch, offset, len(frame.data_body))
+        batch, stream = frame_stream(schema, schema_message, frame.data_header, frame.data_body)
+        return Decoded(batch, offset, len(frame.data_body), ipc=stream)
 
     def ack_json(pending: Pending, rotate_grace_ms: int | None) -> list[Any]:
         body = {"ack_up_to_offset": pending.wire_offset, "ack_up_to_records": pending.cumulative_rows}

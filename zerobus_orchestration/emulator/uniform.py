@@ -23,6 +23,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import (
     CommitFailedException,
@@ -165,13 +166,7 @@ def convert_version(
     base = dt.table_uri.rstrip("/")
     timestamp = _commit_timestamp(table, base, target)
     delta_files = {_data_file_uri(base, p) for p in _add_action_paths(dt)}
-    registered = (
-        {task.file.file_path: task.file for task in table.scan().plan_files()}
-        if table.current_snapshot() is not None
-        else {}
-    )
-    to_add = sorted(delta_files - registered.keys())
-    to_remove = [registered[p] for p in sorted(registered.keys() - delta_files)]
+    to_add, to_remove = _changes(table, dt, base, already, delta_files)
     summary = {DELTA_VERSION_KEY: str(target)}
     if timestamp is not None:
         summary[DELTA_TIMESTAMP_KEY] = str(timestamp)
@@ -202,6 +197,49 @@ def convert_version(
         len(to_remove),
     )
     return target
+
+
+def _changes(
+    table: IcebergTable, dt: DeltaTable, base: str, already: int, delta_files: set[str]
+) -> tuple[list[str], list[DataFile]]:
+    """Data files to add to and remove from ``table`` so that it holds exactly ``delta_files``.
+
+    Incremental when it can be: the snapshot converted from Delta version ``already`` holds exactly
+    that version's files, so if Delta only added files since, the new ones are the difference of two
+    add-action lists, read from the Delta log. Planning the Iceberg table instead reads every manifest,
+    a cost that grows with the table's file count at every conversion. The full plan is the fallback
+    (Delta removed files, that version's log is gone, or the snapshot does not match it). ``dt`` is
+    left at an older version.
+    """
+    if table.current_snapshot() is None:
+        return sorted(delta_files), []
+    before = _files_converted_from(table, dt, base, already)
+    if before is not None and before <= delta_files:
+        return sorted(delta_files - before), []
+    registered = {task.file.file_path: task.file for task in table.scan().plan_files()}
+    return sorted(delta_files - registered.keys()), [
+        registered[p] for p in sorted(registered.keys() - delta_files)
+    ]
+
+
+def _files_converted_from(table: IcebergTable, dt: DeltaTable, base: str, already: int) -> set[str] | None:
+    """Delta version ``already``'s data files if the current snapshot is that version's conversion."""
+    snapshot = table.current_snapshot()
+    summary = snapshot.summary if snapshot is not None else None
+    if already < 0 or summary is None:
+        return None
+    try:
+        dt.load_as_version(already)
+    except DeltaError as exc:  # e.g. its log entry was cleaned up after a checkpoint
+        log.debug("%s: Delta version %d is not loadable (%s); planning the Iceberg table", base, already, exc)
+        return None
+    files = {_data_file_uri(base, p) for p in _add_action_paths(dt)}
+    # The same history, not a table recreated under the same name: file count and commit time agree.
+    total = summary.additional_properties.get("total-data-files")
+    stamp = summary.additional_properties.get(DELTA_TIMESTAMP_KEY)
+    if total is None or int(total) != len(files) or stamp != str(_commit_timestamp(table, base, already)):
+        return None
+    return files
 
 
 def check_convertible(name: TableName, dt: DeltaTable) -> None:

@@ -29,6 +29,10 @@ _MAGIC = b"ZBW1"
 _HEADER = struct.Struct("<4sQII")
 _SUFFIX = ".wal"
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+# Payloads kept in memory after they are written, until committed: the materialiser takes them from
+# here instead of reading them back (measured ~0.9 CPU s per GB for the read, its fresh buffers and
+# the CRC, in the process that acknowledges batches). Beyond this, records are read from disk.
+DEFAULT_TAIL_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -76,10 +80,38 @@ def _scan(path: Path) -> tuple[list[WalEntry], int]:
     return entries, valid
 
 
-def _read_from(path: Path, offset: int) -> bytes:
-    with open(path, "rb") as fh:
+def _read_records(
+    path: Path, offset: int, position: int, limit: int, max_bytes: int, taken: int, any_taken: bool
+) -> Iterator[tuple[WalEntry, int]]:
+    """Records with ``position`` < seq <= ``limit`` from byte ``offset`` while ``max_bytes`` allows.
+
+    ``taken`` bytes (``any_taken``: at least one record) were read before; the first record is always
+    read. Each payload is read straight into its own ``bytes`` (unbuffered), records at or before
+    ``position`` are skipped unread, and nothing past the budget is read: the materialiser reads what
+    it commits once, not the whole tail of the segment on every pass.
+    """
+    with open(path, "rb", buffering=0) as fh:
         fh.seek(offset)
-        return fh.read()
+        pos = offset
+        while True:
+            head = fh.read(_HEADER.size)
+            if len(head) < _HEADER.size:
+                return
+            magic, seq, length, crc = _HEADER.unpack(head)
+            if magic != _MAGIC or seq > limit or (any_taken and taken + length > max_bytes):
+                return
+            end = pos + _HEADER.size + length
+            if seq <= position:
+                fh.seek(end)
+                pos = end
+                continue
+            payload = fh.read(length)
+            if len(payload) != length or zlib.crc32(payload) != crc:
+                return  # a torn tail (never acknowledged)
+            taken += length
+            any_taken = True
+            yield WalEntry(seq, payload), end
+            pos = end
 
 
 @dataclass(frozen=True)
@@ -95,10 +127,18 @@ class TableWal:
     """The write-ahead log of one table. Thread-safe; many streams append concurrently."""
 
     def __init__(
-        self, directory: Path, *, committed: int, segment_bytes: int = DEFAULT_SEGMENT_BYTES
+        self,
+        directory: Path,
+        *,
+        committed: int,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
     ) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
+        self._tail_limit = tail_bytes
+        self._tail: dict[int, bytes] = {}  # seq -> payload written by this process, not yet released
+        self._tail_bytes = 0
         directory.mkdir(parents=True, exist_ok=True)
         self._cond = threading.Condition()
         self._syncing = False
@@ -157,11 +197,13 @@ class TableWal:
                     f"WAL {self.directory} is unusable after a failed write: {self._broken}"
                 )
             seq = self._written + 1
-            record = _HEADER.pack(_MAGIC, seq, len(payload), zlib.crc32(payload)) + payload
+            header = _HEADER.pack(_MAGIC, seq, len(payload), zlib.crc32(payload))
+            size = len(header) + len(payload)
             try:
-                written = os.write(self._fd, record)
-                if written != len(record):
-                    raise OSError(errno.EIO, f"short WAL write ({written} of {len(record)} bytes)")
+                # Vectored: the payload is not copied into a record first (it can be megabytes).
+                written = os.writev(self._fd, (header, payload))
+                if written != size:
+                    raise OSError(errno.EIO, f"short WAL write ({written} of {size} bytes)")
             except OSError as exc:
                 # A partial record left in place would end every later read and recovery at it, so
                 # records acknowledged after it would never reach Delta: cut it off, or stop appending.
@@ -171,7 +213,10 @@ class TableWal:
                     self._broken = f"{exc}; truncating the partial record also failed: {cut}"
                 raise
             self._written = seq
-            self._active_bytes += len(record)
+            self._active_bytes += size
+            if self._tail_bytes + len(payload) <= self._tail_limit:
+                self._tail[seq] = payload
+                self._tail_bytes += len(payload)
             return seq
 
     def wait_durable(self, seq: int) -> None:
@@ -230,13 +275,20 @@ class TableWal:
 
     # -- reading and truncation -------------------------------------------------------------------
     def read_after(self, position: int, max_bytes: int) -> list[WalEntry]:
-        """Durable records with seq > ``position``, in order, about ``max_bytes`` at most (at least one)."""
-        limit = self.durable_seq
+        """Durable records with seq > ``position``, in order, about ``max_bytes`` at most (at least one).
+
+        From memory while the records are there (see ``DEFAULT_TAIL_BYTES``), else from disk.
+        """
         with self._cond:
+            limit = self._durable
             segments = list(self._segments)
+            out, done = self._from_tail(position, limit, max_bytes)
+        if done:
+            return out
+        size = sum(len(e.payload) for e in out)
+        if out:  # the rest (a record not kept in memory, and what follows it) from disk
+            position = out[-1].seq
         cursor = self._cursor  # only valid when it stopped at ``position``
-        out: list[WalEntry] = []
-        size = 0
         for i, seg in enumerate(segments):
             nxt = segments[i + 1].first_seq if i + 1 < len(segments) else None
             if nxt is not None and nxt <= position + 1:
@@ -245,21 +297,40 @@ class TableWal:
                 cursor is not None and cursor.segment_first_seq == seg.first_seq and cursor.seq == position
             )
             start = cursor.offset if resume and cursor is not None else 0
-            for entry, end in _records(_read_from(seg.path, start)):
-                if entry.seq <= position:
-                    continue
-                if entry.seq > limit or (out and size + len(entry.payload) > max_bytes):
-                    return out
+            for entry, end in _read_records(seg.path, start, position, limit, max_bytes, size, bool(out)):
                 out.append(entry)
                 size += len(entry.payload)
-                self._cursor = _Cursor(seg.first_seq, start + end, entry.seq)
+                self._cursor = _Cursor(seg.first_seq, end, entry.seq)
+                if entry.seq >= limit or size >= max_bytes:
+                    return out
         return out
+
+    def _from_tail(self, position: int, limit: int, max_bytes: int) -> tuple[list[WalEntry], bool]:
+        """Records after ``position`` kept in memory, and whether that is the whole answer."""
+        out: list[WalEntry] = []
+        size = 0
+        seq = position + 1
+        while seq <= limit:
+            payload = self._tail.get(seq)
+            if payload is None:
+                return out, False
+            if out and size + len(payload) > max_bytes:
+                return out, True
+            out.append(WalEntry(seq, payload))
+            size += len(payload)
+            seq += 1
+        return out, True
+
+    def _forget_tail(self, through: int) -> None:
+        for seq in [s for s in self._tail if s <= through]:
+            self._tail_bytes -= len(self._tail.pop(seq))
 
     def release_through(self, position: int) -> None:
         """Forget records up to ``position`` (committed to Delta): delete or roll fully-covered segments."""
         with self._cond:
             while self._syncing:
                 self._cond.wait()
+            self._forget_tail(position)
             if self._written <= position and self._active_bytes >= self.segment_bytes // 4:
                 os.fsync(self._fd)
                 os.close(self._fd)
@@ -311,6 +382,8 @@ class TableWal:
                 if found is None:
                     continue
                 kept += data[start:]  # a torn tail of the active segment stays a torn tail
+                if seq in self._tail:
+                    self._tail_bytes -= len(self._tail.pop(seq))
                 tmp = seg.path.with_name(seg.path.name + ".tmp")
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 with os.fdopen(fd, "wb") as fh:
@@ -336,6 +409,8 @@ class TableWal:
             if self._closed:
                 return
             self._closed = True
+            self._tail.clear()
+            self._tail_bytes = 0
             os.fsync(self._fd)
             if self._broken is None:
                 self._durable = self._written

@@ -107,6 +107,9 @@ class Stamper:
         self._source_bytes = source.encode("utf-8")
         self._stamped_from: pa.Schema | None = None
         self._stamped_schema: pa.Schema | None = None
+        # The source column of the last batch: the same for every batch of its length, and Arrow arrays
+        # are immutable, so batches of one size (the usual case) share one instead of building it anew.
+        self._last_sources: pa.Array | None = None
 
     def stamp(
         self, batch: pa.RecordBatch, span: OffsetRange, emit_ts: dt.datetime, declared: pa.Array | None
@@ -127,6 +130,13 @@ class Stamper:
         )
 
     def _sources(self, n: int) -> pa.Array:
+        """``n`` copies of the source tag (shared with the last batch when it had ``n`` rows too)."""
+        last = self._last_sources
+        if last is None or len(last) != n:
+            last = self._last_sources = self._build_sources(n)
+        return last
+
+    def _build_sources(self, n: int) -> pa.Array:
         """``n`` copies of the source tag, built from two buffers (about 3x faster than ``pa.repeat``)."""
         width = len(self._source_bytes)
         if not pa.types.is_string(_SOURCE_TYPE) or width * n >= _MAX_STRING_DATA:

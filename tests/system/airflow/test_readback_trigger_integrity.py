@@ -138,6 +138,7 @@ def test_serialized_trigger_kwargs_are_primitives_without_secrets() -> None:
         "source",
         "partition",
         "ranges",
+        "replaces",
         "poll_interval",
         "max_poll_interval",
         "config_overrides",

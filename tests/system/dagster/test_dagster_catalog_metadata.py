@@ -39,8 +39,9 @@ ROWS = [
         "scores": [("x", 1.5)],
         "visits": [{"day": None, "pages": 3}],
     },
-    # Not visits=None: the Iceberg read-back returns a NULL array of structs as [] (Delta holds NULL).
-    {"user_id": 2, "tags": None, "address": None, "scores": None, "visits": []},
+    # A NULL array of structs reads back NULL, not [] (pyiceberg alone rebuilds it as []).
+    {"user_id": 2, "tags": None, "address": None, "scores": None, "visits": None},
+    {"user_id": 3, "tags": [], "address": None, "scores": None, "visits": []},
 ]
 
 

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from zerobus_orchestration.config import PoolConfig
 from zerobus_orchestration.coverage import SCHEMA_VERSION, CoverageStore
-from zerobus_orchestration.digest import RangeDigest, rows_digest
+from zerobus_orchestration.digest import SHA256_IPC_V1, RangeDigest, rows_digest
 from zerobus_orchestration.errors import ResumeMismatchError, ZerobusOrchestrationError
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
@@ -311,6 +311,37 @@ def test_a_digest_of_another_algorithm_is_not_compared(
     with caplog.at_level(logging.WARNING):
         assert positions(resume(store, orders(0, 12))) == [10, 11]
     assert "another algorithm" in caplog.text
+
+
+@pytest.mark.parametrize("offset_column", [None, "order_id"])
+def test_a_digest_an_earlier_release_stored_is_still_checked(
+    store: CoverageStore, offset_column: str | None
+) -> None:
+    """A coverage cache written before the algorithm changed: its ``sha256/arrow-ipc-v1`` records are
+    verified with that algorithm on resume, not skipped."""
+    delivered = orders(0, 40)
+    spans = [OffsetRange(0, 25), OffsetRange(25, 40)]
+    store.record_delivered(
+        [(KEY, span) for span in spans],
+        [
+            RangeDigest(
+                KEY,
+                span,
+                None,
+                len(span),
+                rows_digest(delivered.slice(span.start, len(span)), offset_column, SHA256_IPC_V1),
+                algorithm=SHA256_IPC_V1,
+            )
+            for span in spans
+        ],
+    )
+    assert {d.algorithm for d in store.digests(KEY)} == {SHA256_IPC_V1}
+    kw = {} if offset_column is None else {"offset_column": offset_column}
+    assert positions(resume(store, orders(0, 50).to_batches(max_chunksize=7), **kw)) == list(range(40, 50))
+    changed = orders(0, 50).to_pylist()
+    changed[30]["amount"] = -1.0
+    with pytest.raises(ResumeMismatchError, match=r"\[25, 40\)"):
+        resume(store, pa.Table.from_pylist(changed, schema=delivered.schema), **kw)
 
 
 def test_the_hold_back_is_bounded_and_says_what_was_already_sent(

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 _HISTORY_ROWS = 20
+_DELETE_ATTEMPTS = 5
 # Declared only: delta-rs would act on these (column mapping it cannot evolve, deletion vectors its
 # reader refuses, features and protocol versions), so the Delta table never gets them.
 _DECLARED_ONLY_PREFIXES = (
@@ -191,6 +192,51 @@ class DeltaBacking:
             dt.alter.set_table_properties(changed, raise_if_not_exists=False)
         if after.comment != table.comment:
             dt.alter.set_table_description(after.comment or "")
+
+    def delete_rows(self, table: FakeTable, predicate: str | None) -> int | None:
+        """``DeltaTable.delete`` (a rewrite of the files holding matching rows), re-run on a lost commit.
+
+        The emulator's ingest appends to the same table meanwhile; a commit that loses to one is re-read
+        and re-run, and after ``_DELETE_ATTEMPTS`` losses the statement fails ``DELTA_CONCURRENT_APPEND``
+        as on Databricks (the client re-runs it: the predicate is idempotent).
+        """
+        from deltalake.exceptions import CommitFailedError
+
+        if table.location is not None:
+            raise StatementFailure(
+                "UNSUPPORTED_STATEMENT",
+                f"The local cloud keeps only the record of the EXTERNAL table {table.full_name}; it cannot "
+                "delete its rows.",
+                sqlstate="0A000",
+            )
+        for attempt in range(_DELETE_ATTEMPTS):
+            dt = self._open(table)
+            if dt is None:
+                raise StatementFailure(
+                    "DELTA_TABLE_NOT_FOUND",
+                    f"The Delta table of {table.full_name} is missing at {table.storage_location}.",
+                    sqlstate="42P01",
+                )
+            try:
+                metrics = dt.delete(predicate)
+            except CommitFailedError as exc:
+                if attempt == _DELETE_ATTEMPTS - 1:
+                    raise StatementFailure(
+                        "DELTA_CONCURRENT_APPEND",
+                        f"ConcurrentAppendException: Files were added to {table.full_name} by a concurrent "
+                        f"update ({_DELETE_ATTEMPTS} attempts; last: {exc}). Please try the operation again.",
+                        sqlstate="2D521",
+                        code="ABORTED",
+                    ) from exc
+                log.info("local Unity Catalog: DELETE on %s lost a commit race, re-running", table.full_name)
+            except Exception as exc:  # a predicate DataFusion refuses, storage: the statement fails
+                raise _storage_failure(table, "delete from", exc) from exc
+            else:
+                # delta-rs omits the count when it cannot tell without scanning: then unknown (null),
+                # never a made-up 0.
+                count = metrics.get("num_deleted_rows")
+                return None if count is None else int(count)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def drop(self, table: FakeTable) -> None:
         if table.location is not None:

@@ -30,6 +30,8 @@ class TableBacking(Protocol):
 
     def drop(self, table: FakeTable) -> None: ...
 
+    def delete_rows(self, table: FakeTable, predicate: str | None) -> int | None: ...
+
     def refresh(self, table: FakeTable) -> None: ...
 
     def discover(self, catalog: str, schema: str, name: str) -> FakeTable | None: ...
@@ -216,6 +218,23 @@ class Metastore:
             self.backing.drop(table)
         self.tables.pop(self.key(table.catalog, table.schema, table.name), None)
         self._save()
+
+    def delete_rows(self, table: FakeTable, predicate: str | None) -> int | None:
+        """Delete the rows matching ``predicate`` (DataFusion SQL; ``None``: all); the count deleted
+        (``None`` when delta-rs could not tell).
+
+        Only a backed table holds rows: the standalone fake refuses, so a DELETE is never a silent no-op.
+        """
+        if self.backing is None:
+            raise StatementFailure(
+                "UNSUPPORTED_STATEMENT",
+                f"The in-memory Unity Catalog holds no rows of {table.full_name}: DELETE runs only on the "
+                "emulator's local cloud.",
+                sqlstate="0A000",
+            )
+        deleted = self.backing.delete_rows(table, predicate)
+        self.backing.refresh(table)  # the DELETE is a new Delta version: history, version
+        return deleted
 
     def add(self, table: FakeTable) -> None:
         self._register(table)

@@ -7,9 +7,11 @@ Supported (anything else FAILS loudly, so a renderer emitting something new is n
 ``ALTER TABLE t ALTER COLUMN c [SET DATA] TYPE T``, ``ALTER TABLE t SET TBLPROPERTIES (...)``,
 ``COMMENT ON COLUMN t.c IS '...'``, ``COMMENT ON TABLE t IS '...'``, ``DROP TABLE [IF EXISTS] t``,
 ``CREATE SCHEMA [IF NOT EXISTS] c.s``, ``CREATE CATALOG [IF NOT EXISTS] c``,
-``DESCRIBE DETAIL t`` and ``DESCRIBE HISTORY t`` (result sets). One statement per request, as the
-Statement Execution API wants. As on Databricks, ``CREATE TABLE`` in a missing schema of a configured
-catalog fails ``SCHEMA_NOT_FOUND`` (the schema is never created behind the caller's back).
+``DESCRIBE DETAIL t`` and ``DESCRIBE HISTORY t`` (result sets), and ``DELETE FROM t [WHERE p]`` on the
+table's real Delta data (the predicate shapes ``delete.py`` translates; result ``num_affected_rows``, as
+Databricks returns). One statement per request, as the Statement Execution API wants. As on
+Databricks, ``CREATE TABLE`` in a missing schema of a configured catalog fails ``SCHEMA_NOT_FOUND``
+(the schema is never created behind the caller's back).
 
 String literals follow Databricks rules: backslash escapes. sqlglot falls back to an opaque ``Command``
 for what it cannot parse (for example ``'it''s'``, which Databricks would silently read as ``its``);
@@ -26,6 +28,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from zerobus_orchestration.emulator.unity import types as uc_types
+from zerobus_orchestration.emulator.unity.delete import check_plain, datafusion_predicate
 from zerobus_orchestration.emulator.unity.metastore import Metastore
 from zerobus_orchestration.emulator.unity.state import FakeColumn, FakeTable, StatementFailure
 
@@ -63,6 +66,9 @@ _DESCRIBE_HISTORY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("timestamp", "TIMESTAMP"),
     ("operation", "STRING"),
 )
+
+# What Databricks answers a DELETE with: one row, the number of rows it removed.
+_DELETE_COLUMNS: tuple[tuple[str, str], ...] = (("num_affected_rows", "LONG"),)
 
 
 def _operation_of(actions: list[exp.Expression]) -> str:
@@ -126,6 +132,8 @@ class SqlEngine:
             self._comment(tree, text, catalog, schema)
         elif isinstance(tree, exp.Drop) and str(tree.args.get("kind", "")).upper() == "TABLE":
             self._drop(tree, catalog, schema)
+        elif isinstance(tree, exp.Delete):
+            return self._delete(tree, catalog, schema)
         elif isinstance(tree, exp.Command):
             raise _syntax_error(text, "the statement does not parse as Databricks SQL (check string escapes)")
         else:
@@ -223,6 +231,14 @@ class SqlEngine:
                 self.metastore.require(cat, sch, name)
             else:
                 self.metastore.drop(table)
+
+    # -- DELETE -----------------------------------------------------------------------------------
+
+    def _delete(self, tree: exp.Delete, catalog: str | None, schema: str | None) -> ResultSet:
+        table = self._resolve(check_plain(tree), catalog, schema)
+        predicate = datafusion_predicate(tree, [c.name for c in table.columns])
+        deleted = self.metastore.delete_rows(table, predicate)
+        return ResultSet(_DELETE_COLUMNS, ((deleted,),))
 
     # -- ALTER / COMMENT --------------------------------------------------------------------------
 

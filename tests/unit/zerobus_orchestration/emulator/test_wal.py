@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -146,16 +147,18 @@ def test_a_failed_partial_write_does_not_hide_later_acknowledged_records(
     directory = tmp_path / "w"
     wal = TableWal(directory, committed=0)
     wal.append_durable(b"first")
-    real_write = os.write
+    real_writev = os.writev
 
-    def half_then_enospc(fd: int, data: bytes) -> int:
-        real_write(fd, data[: len(data) // 2])
+    def half_then_enospc(fd: int, buffers: Sequence[bytes]) -> int:
+        data = b"".join(buffers)
+        os.write(fd, data[: len(data) // 2])
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(wal_module.os, "write", half_then_enospc)
+    monkeypatch.setattr(wal_module.os, "writev", half_then_enospc)
     with pytest.raises(OSError, match="No space"):
         wal.append(b"lost-before-ack")
-    monkeypatch.setattr(wal_module.os, "write", real_write)
+    monkeypatch.setattr(wal_module.os, "writev", real_writev)
+    assert directory.joinpath(f"{1:020d}.wal").stat().st_size == 20 + len(b"first")  # the half was cut
     seq = wal.append_durable(b"acknowledged")
     assert [e.payload for e in wal.read_after(0, 1 << 20)] == [b"first", b"acknowledged"]
     wal.close()
@@ -169,11 +172,11 @@ def test_a_failed_partial_write_does_not_hide_later_acknowledged_records(
 
 def test_a_short_write_is_refused_and_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     wal = TableWal(tmp_path / "w", committed=0)
-    real_write = os.write
-    monkeypatch.setattr(wal_module.os, "write", lambda fd, data: real_write(fd, data[:3]))
+    real_writev = os.writev
+    monkeypatch.setattr(wal_module.os, "writev", lambda fd, buffers: os.write(fd, b"".join(buffers)[:3]))
     with pytest.raises(OSError, match="short WAL write"):
         wal.append(b"payload")
-    monkeypatch.setattr(wal_module.os, "write", real_write)
+    monkeypatch.setattr(wal_module.os, "writev", real_writev)
     wal.append_durable(b"next")
     assert [e.payload for e in wal.read_after(0, 1 << 20)] == [b"next"]
     wal.close()

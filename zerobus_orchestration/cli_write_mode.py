@@ -1,0 +1,54 @@
+"""How ``zerobus-orch ingest --mode replace`` names its run (docs/adr/0007-write-modes.md).
+
+A replace deletes the other runs of its logical partition, so each CLI run writes under its own coverage
+partition ``KEY@RUN``: ``KEY`` is ``--replace-key`` or ``--partition``, ``RUN`` is new for every command
+(``cli-<UTC time>-<random>``) unless ``--partition KEY@RUN`` names it, which makes a failed replace
+resumable: the same command again resumes its rows, then deletes. The earlier runs are found by their
+``_twg_source`` tag, which carries the source, so a replace needs the same ``--source`` every run.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+
+from zerobus_orchestration.errors import ConfigError
+from zerobus_orchestration.write_modes import RUN_SEPARATOR, WriteMode, logical_partition
+
+
+def new_run_id() -> str:
+    return f"cli-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(4)}"
+
+
+def write_partition(
+    mode: WriteMode, partition: str, replace_key: str | None, *, table: str, source: str | None
+) -> str:
+    """The coverage partition of this CLI write; a ``ConfigError`` naming the fix for options that clash."""
+    if mode is WriteMode.APPEND:
+        if replace_key is not None:
+            raise ConfigError(
+                f"table {table}: --replace-key applies only to --mode replace; fix: add --mode replace, or "
+                "drop --replace-key"
+            )
+        return partition
+    if source is None:
+        raise ConfigError(
+            f"table {table}: --mode replace deletes the earlier runs of the same source, and without "
+            "--source the source is this run's file names, which change between runs; fix: pass --source "
+            "with the same value every run"
+        )
+    if RUN_SEPARATOR in partition:  # the caller named the run
+        if replace_key is not None and logical_partition(partition) != replace_key:
+            raise ConfigError(
+                f"table {table}: --partition {partition!r} belongs to partition "
+                f"{logical_partition(partition)!r}, not --replace-key {replace_key!r}; fix: pass "
+                f"--partition '{replace_key}{RUN_SEPARATOR}<run>'"
+            )
+        return partition
+    if replace_key is not None and partition and partition != replace_key:
+        raise ConfigError(
+            f"table {table}: --partition {partition!r} and --replace-key {replace_key!r} name different "
+            "partitions; fix: pass only one of them"
+        )
+    key = partition if replace_key is None else replace_key
+    return f"{key}{RUN_SEPARATOR}{new_run_id()}"
