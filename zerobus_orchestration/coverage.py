@@ -234,7 +234,7 @@ class CoverageStore:
         if not params:
             return
         conn = self._connection()
-        with _immediate(conn):
+        with _durable(conn), _immediate(conn):
             for table in ("coverage_ranges", "coverage_digests"):
                 conn.executemany(f"DELETE FROM {table} WHERE {_KEY_FILTER}", params)
 
@@ -363,10 +363,19 @@ class CoverageStore:
 
 def _configure(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-    # WAL lets readers run while one process merges; FULL fsyncs each commit so a confirmed range
-    # survives power loss (losing it would only make coverage lag, but costs a needless re-send).
+    # WAL lets readers run while one process merges. NORMAL: a commit is in the WAL file (the OS's page
+    # cache) when COMMIT returns, so it survives a crash of this process; only an OS crash or power loss
+    # can lose the newest commits, and WAL recovery keeps a prefix of them. Recording only ever adds
+    # coverage, so what such a loss drops is the latest delivered ranges: coverage lags and a resume
+    # re-sends them (duplicates), it never skips. ``forget`` is the one change whose loss would make
+    # coverage lead (claim deleted rows), so it commits with FULL (see ``_durable``).
     _enable_wal(conn, busy_timeout_s)
-    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute(f"PRAGMA synchronous = {_APPEND_SYNC}")
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    if version == SCHEMA_VERSION:
+        # The version is set in the transaction that creates the schema, so the schema is complete:
+        # every later connection (each write's ack lane opens one) skips the write lock and the DDL.
+        return
     with _immediate(conn):  # schema creation races with other processes opening the same file
         for statement in _SCHEMA:
             conn.execute(statement)
@@ -416,6 +425,22 @@ def _parse_runs(text: str) -> tuple[OffsetRange, ...]:
         start, end = part.split("-")
         runs.append(OffsetRange(int(start), int(end)))
     return tuple(runs)
+
+
+_APPEND_SYNC = "NORMAL"  # recording ranges and digests: may lag after power loss, never lead
+
+
+@contextmanager
+def _durable(conn: sqlite3.Connection) -> Iterator[None]:
+    """Commit the enclosed transaction with an fsync (``synchronous = FULL``), then back to NORMAL.
+
+    A forget is durable when it returns, as before: its rows are (being) deleted, and a lost forget
+    would leave coverage claiming them. In WAL mode the fsync covers every earlier commit too."""
+    conn.execute("PRAGMA synchronous = FULL")
+    try:
+        yield
+    finally:
+        conn.execute(f"PRAGMA synchronous = {_APPEND_SYNC}")
 
 
 @contextmanager

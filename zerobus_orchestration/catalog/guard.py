@@ -16,9 +16,10 @@ a type mismatch no cast can bridge (``UNRECONCILABLE``) is also counted per colu
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -26,7 +27,7 @@ import pyarrow.compute as pc
 # Re-exported: the guard's refusal tells users to import ``to_json`` from here.
 from zerobus_orchestration.catalog.json_text import to_json as to_json
 from zerobus_orchestration.errors import UnsupportedType, WriteBoundaryError
-from zerobus_orchestration.reserved import OFFSET
+from zerobus_orchestration.reserved import OFFSET, RESERVED_NAMES
 from zerobus_orchestration.type_map import arrow_storage_type, can_widen_to, delta_type
 
 if TYPE_CHECKING:
@@ -341,14 +342,117 @@ def _same_family(a: pa.DataType, b: pa.DataType) -> bool:
     return fa == fb or (fa in numeric and fb in numeric)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What the schemas alone decide for one (table, batch schema, target, trusted) combination.
+
+    ``columns``: per declared column present in the batch, its index in the batch and whether it needs
+    the full per-value decision (``_Column.decide``); the others have the declared type already and need
+    only the NOT NULL count check (O(1): Arrow keeps the null count). ``schema``: the output schema.
+    ``unchanged``: the output schema is the batch's own, so a batch needing no cast is returned as is.
+    """
+
+    columns: tuple[tuple[int, pa.Field, bool], ...]
+    schema: pa.Schema
+    unchanged: bool
+
+
+_PLAN_CACHE_SIZE = 16
+_plans: list[tuple[str, pa.Schema, pa.Schema, frozenset[str], _Plan]] = []
+_plans_lock = threading.Lock()
+
+
+def _plan(table: str, incoming: pa.Schema, target: pa.Schema, trusted: frozenset[str]) -> _Plan | None:
+    """The cached plan, or None when a column is unknown or a NOT NULL column missing (the slow path
+    then builds the full refusal). Looked up by ``Schema.equals`` (cheap), not by hash (it is not)."""
+    with _plans_lock:
+        for i, (t, s, g, tr, plan) in enumerate(_plans):
+            if (
+                t == table
+                and tr == trusted
+                and s.equals(incoming, check_metadata=True)
+                and g.equals(target, check_metadata=True)
+            ):
+                if i:
+                    _plans.insert(0, _plans.pop(i))
+                return plan
+    if any(target.get_field_index(name) < 0 for name in incoming.names):
+        return None
+    columns: list[tuple[int, pa.Field, bool]] = []
+    for declared in target:
+        index = incoming.get_field_index(declared.name)
+        if index < 0:
+            if not declared.nullable:
+                return None
+            continue
+        same = incoming.field(index).type == declared.type
+        # Engine-stamped columns of the declared type are right by construction (an emit time comes
+        # from a Python datetime, so it cannot leave 0001..9999): no per-value range scan for them.
+        full = not same or (_is_temporal(declared.type) and declared.name not in trusted)
+        columns.append((index, declared, full))
+    fields = [declared for _, declared, _ in columns]
+    schema = pa.schema(fields, metadata=incoming.metadata)
+    plan = _Plan(tuple(columns), schema, schema.equals(incoming, check_metadata=True))
+    with _plans_lock:
+        _plans.insert(0, (table, incoming, target, trusted, plan))
+        del _plans[_PLAN_CACHE_SIZE:]
+    return plan
+
+
 def conform_batch(
-    table: str, batch: pa.RecordBatch, target: pa.Schema, *, metrics: SinkMetrics | None = None
+    table: str,
+    batch: pa.RecordBatch,
+    target: pa.Schema,
+    *,
+    metrics: SinkMetrics | None = None,
+    trusted: frozenset[str] = frozenset(),
 ) -> pa.RecordBatch:
     """``batch`` cast and ordered as ``target`` (omitted nullable columns stay omitted), or raise.
 
     Raises ``WriteBoundaryError`` for the first failing column; its message lists every failure.
-    Each kind (cast or failure) is counted once per batch.
+    Each kind (cast or failure) is counted once per batch. ``trusted``: reserved columns the engine
+    stamped itself (``reserved.RESERVED_NAMES``); when their type is the declared one they skip the
+    per-value range scan. Never pass caller columns here: the sink refuses reserved names in input.
+    What the schemas alone decide is cached per (table, schema, target), so a batch of a schema seen
+    before pays only for the per-value checks its columns need.
     """
+    trusted = trusted & frozenset(RESERVED_NAMES)
+    plan = _plan(table, batch.schema, target, trusted)
+    if plan is None:
+        return _conform_slow(table, batch, target, metrics)
+    problems: list[_Problem] = []
+    casts: list[str] = []
+    arrays: list[pa.Array] = []
+    offsets: pa.Array | None = None
+    for index, declared, full in plan.columns:
+        values = batch.column(index)
+        if not full and (declared.nullable or not values.null_count):
+            arrays.append(values)
+            continue
+        if offsets is None:
+            offset_index = batch.schema.get_field_index(OFFSET)
+            offsets = batch.column(offset_index) if offset_index >= 0 else None
+        cast, kind, problem = _Column(table, declared.name, values, declared, offsets).decide()
+        if problem is not None:
+            problems.append(problem)
+            continue
+        assert cast is not None
+        if kind is not None:
+            casts.append(kind)
+        arrays.append(cast)
+    if problems:
+        _refuse(table, problems, metrics)
+    for kind in dict.fromkeys(casts):
+        record_type_reconcile(kind, table=table, metrics=metrics)
+    if plan.unchanged and not casts:
+        return batch
+    return pa.RecordBatch.from_arrays(arrays, schema=plan.schema)
+
+
+def _conform_slow(
+    table: str, batch: pa.RecordBatch, target: pa.Schema, metrics: SinkMetrics | None
+) -> pa.RecordBatch:
+    """Every column decided in full: the path of a batch with an unknown or missing NOT NULL column."""
     problems: list[_Problem] = []
     casts: list[str] = []
     incoming_names = set(batch.schema.names)
@@ -390,23 +494,25 @@ def conform_batch(
         fields.append(declared)
         arrays.append(cast)
     if problems:
-        for kind in dict.fromkeys(p.kind for p in problems):  # counted once per batch and kind
-            record_type_reconcile(kind, table=table, metrics=metrics)
-        for p in problems:  # one problem per column, so once per batch, column and kind
-            if p.kind in UNRECONCILABLE:
-                record_unreconcilable(
-                    p.kind, table=table, column=p.column, message=p.message, metrics=metrics
-                )
-        first = problems[0]
-        message = first.message
-        if len(problems) > 1:
-            message += "\nAlso:\n  " + "\n  ".join(p.message for p in problems[1:])
-        raise WriteBoundaryError(
-            message, table=table, column=first.column, kind=first.kind, columns=[p.column for p in problems]
-        )
+        _refuse(table, problems, metrics)
     for kind in dict.fromkeys(casts):
         record_type_reconcile(kind, table=table, metrics=metrics)
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=batch.schema.metadata))
+
+
+def _refuse(table: str, problems: list[_Problem], metrics: SinkMetrics | None) -> NoReturn:
+    for kind in dict.fromkeys(p.kind for p in problems):  # counted once per batch and kind
+        record_type_reconcile(kind, table=table, metrics=metrics)
+    for p in problems:  # one problem per column, so once per batch, column and kind
+        if p.kind in UNRECONCILABLE:
+            record_unreconcilable(p.kind, table=table, column=p.column, message=p.message, metrics=metrics)
+    first = problems[0]
+    message = first.message
+    if len(problems) > 1:
+        message += "\nAlso:\n  " + "\n  ".join(p.message for p in problems[1:])
+    raise WriteBoundaryError(
+        message, table=table, column=first.column, kind=first.kind, columns=[p.column for p in problems]
+    )
 
 
 def _text_fix(name: str, incoming: pa.DataType, declared: pa.DataType) -> str | None:
