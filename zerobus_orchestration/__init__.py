@@ -35,11 +35,8 @@ if TYPE_CHECKING:
     )
     from zerobus_orchestration.readback import ReadbackOutcome, ReadbackReport, ReadbackStatus
     from zerobus_orchestration.results import WriteResult
-    from zerobus_orchestration.runtime import (
-        ZerobusRuntime,
-        acquire_runtime,
-        release_runtime,
-    )
+    from zerobus_orchestration.runtime import ZerobusRuntime
+    from zerobus_orchestration.runtime_registry import acquire_runtime, release_runtime
     from zerobus_orchestration.sink import CommitInfo, DeliveryFailedError, Receipt, ZerobusSink
 
 __version__ = "0.1.0"
@@ -51,8 +48,8 @@ _EXPORTS: dict[str, str] = {
     "load_config": "zerobus_orchestration.config",
     # the per-process runtime: write, sink, read-back
     "ZerobusRuntime": "zerobus_orchestration.runtime",
-    "acquire_runtime": "zerobus_orchestration.runtime",
-    "release_runtime": "zerobus_orchestration.runtime",
+    "acquire_runtime": "zerobus_orchestration.runtime_registry",
+    "release_runtime": "zerobus_orchestration.runtime_registry",
     "WriteResult": "zerobus_orchestration.results",
     "ZerobusSink": "zerobus_orchestration.sink",
     "Receipt": "zerobus_orchestration.sink",

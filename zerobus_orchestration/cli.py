@@ -249,7 +249,7 @@ def ingest(
     from zerobus_orchestration.errors import ConfigError
     from zerobus_orchestration.files import declared_columns, iter_file_batches, resolve_files
     from zerobus_orchestration.input_schema import input_schema
-    from zerobus_orchestration.runtime import acquire_runtime, close_all_runtimes
+    from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes
     from zerobus_orchestration.write_modes import WriteMode, logical_partition, refuse_on_primary_raw
 
     cfg = resolve_config(config, warehouse)
@@ -317,7 +317,7 @@ def readback(
     one, else from the table itself (the Delta log's ``_twg_source``/``_twg_offset``, ``--source``
     needed): then everything durable in Delta must be visible through Iceberg, with no gap.
     """
-    from zerobus_orchestration.runtime import close_all_runtimes, readback_service
+    from zerobus_orchestration.runtime_registry import close_all_runtimes, readback_service
 
     cfg = resolve_config(config, warehouse)
     try:

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from zerobus_orchestration.config import ZerobusConfig
-from zerobus_orchestration.runtime import acquire_runtime, close_all_runtimes
+from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes
 
 CORE_TABLE = "main.zerobus_demo.events"
 CORE_SOURCE = "zerobus-orch/demo"
@@ -143,7 +143,7 @@ class _DeliveryTicker:
                 shown = delivered
 
     def _delivered(self) -> int | None:
-        from zerobus_orchestration.runtime import running_runtime
+        from zerobus_orchestration.runtime_registry import running_runtime
 
         runtime = running_runtime(self._cfg)
         if runtime is None:

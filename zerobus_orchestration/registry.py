@@ -1,8 +1,8 @@
 """The documented per-process registry: one refcounted instance per (pid, config), closed at exit.
 
-``runtime.acquire_runtime`` is its one user: a Dagster step, an Airflow task try or a sensor tick gets
-the runtime its process already runs for that config, so streams outlive a step instead of being
-opened per batch. The registry knows nothing of what it holds beyond ``close()``; the factory is
+``runtime_registry`` is its one user: a Dagster step, an Airflow task try or a sensor tick gets the
+runtime its process already runs for that config, so streams outlive a step instead of being opened
+per batch. The registry knows nothing of what it holds beyond ``close()``; the factory is
 handed in, so this module imports no other part of the package.
 
 Correctness never depends on the exit hooks: a write returns only once its last batch is durable.

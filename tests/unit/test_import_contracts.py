@@ -52,7 +52,7 @@ def test_the_contracts_break_if_the_daemon_imports_the_runtime_again(tmp_path: P
     daemon = tmp_path / "zerobus_orchestration" / "emulator" / "daemon.py"
     daemon.write_text(
         daemon.read_text() + "\n\ndef _regress() -> None:\n"
-        "    from zerobus_orchestration.runtime import acquire_runtime  # noqa: F401\n"
+        "    from zerobus_orchestration.runtime import ZerobusRuntime  # noqa: F401\n"
     )
     code, report = _lint_imports(tmp_path)
     assert code != 0, report

@@ -29,7 +29,7 @@ from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.reserved import OFFSET
-from zerobus_orchestration.runtime import acquire_runtime, close_all_runtimes
+from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes
 from zerobus_orchestration.sink import ZerobusSink
 from zerobus_orchestration.testing.settings import FAULT_TEST_SDK_OPTIONS, embedded_test_config
 from zerobus_orchestration.transport.sdk import SdkTransport

@@ -29,7 +29,8 @@ from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.intervals import covered_count
 from zerobus_orchestration.reserved import OFFSET
 from zerobus_orchestration.reserved import SOURCE as SOURCE_COLUMN
-from zerobus_orchestration.runtime import ZerobusRuntime, acquire_runtime, close_all_runtimes
+from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes
 from zerobus_orchestration.tables import table_uri
 from zerobus_orchestration.testing.settings import TEST_SDK_OPTIONS
 

@@ -19,7 +19,8 @@ from zerobus_orchestration.catalog.base import PROP_SOURCE
 from zerobus_orchestration.errors import PreconditionsUnmetError
 from zerobus_orchestration.preconditions import DELETION_VECTORS_DISABLED, ICEBERG_READS
 from zerobus_orchestration.ranges import OffsetRange
-from zerobus_orchestration.runtime import ZerobusRuntime, acquire_runtime, close_all_runtimes
+from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes
 from zerobus_orchestration.tables import table_uri
 
 TABLE = "main.raw.orders"

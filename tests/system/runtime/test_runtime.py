@@ -15,13 +15,8 @@ from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.coverage import CoverageStore
 from zerobus_orchestration.errors import ConfigError, PlanRefusedError, WriteBoundaryError
 from zerobus_orchestration.reserved import OFFSET, SOURCE
-from zerobus_orchestration.runtime import (
-    ZerobusRuntime,
-    acquire_runtime,
-    close_all_runtimes,
-    release_runtime,
-    source_tag,
-)
+from zerobus_orchestration.runtime import ZerobusRuntime, source_tag
+from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes, release_runtime
 from zerobus_orchestration.sink import CoverageNotRecordedError
 from zerobus_orchestration.tables import table_uri
 from zerobus_orchestration.transport.memory import MemoryTransport

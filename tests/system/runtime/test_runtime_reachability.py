@@ -12,7 +12,7 @@ import pytest
 from zerobus_orchestration.config import ZerobusConfig, load_config
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.reachability import EndpointUnreachableError, probe_remote
-from zerobus_orchestration.runtime import acquire_runtime, close_all_runtimes
+from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes
 
 SECRET = "sp-secret-never-shown"
 
