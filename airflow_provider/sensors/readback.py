@@ -56,6 +56,9 @@ class ZerobusReadbackSensor(BaseSensorOperator):
         coverage keys ``<dag_id>/<task_id>`` and ``<run_id>/<map_index>``).
     :param ingest_map_index: that task's map index (default ``-1``: not mapped).
     :param source: / :param partition: explicit coverage keys instead; neither set = the whole table.
+    :param replaces: with explicit ``source``/``partition`` of a ``replace`` write, its logical
+        partition (the ``replace_key``): rows of other runs of it still in the table count as
+        duplicates. With ``ingest_task_id`` it comes from the ingest's XCom instead.
 
     An ingest that wrote 0 rows leaves nothing to verify: with ``ingest_task_id`` the sensor then
     succeeds (its XCom says ``rows_written == 0``); no coverage in any other case (a mistyped
@@ -73,6 +76,7 @@ class ZerobusReadbackSensor(BaseSensorOperator):
         "ingest_map_index",
         "source",
         "partition",
+        "replaces",
         "zerobus_conn_id",
         "config_overrides",
     )
@@ -86,6 +90,7 @@ class ZerobusReadbackSensor(BaseSensorOperator):
         ingest_map_index: int = -1,
         source: str | None = None,
         partition: str | None = None,
+        replaces: str | None = None,
         zerobus_conn_id: str = ZerobusHook.default_conn_name,
         config_overrides: Mapping[str, Any] | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
@@ -93,13 +98,23 @@ class ZerobusReadbackSensor(BaseSensorOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if ingest_task_id is not None and (source is not None or partition is not None):
-            raise ValueError(f"{self.task_id}: give ingest_task_id or source/partition, not both")
+        explicit = (source, partition, replaces)
+        if ingest_task_id is not None and any(value is not None for value in explicit):
+            raise ValueError(
+                f"{self.task_id}: give ingest_task_id or source/partition/replaces, not both "
+                "(with ingest_task_id they come from the ingest's XCom)"
+            )
+        if replaces is not None and (source is None or partition is None):
+            raise ValueError(
+                f"{self.task_id}: replaces={replaces!r} needs the replace write's source and partition "
+                "(its run's partition, '<replaces>@<run>')"
+            )
         self.table = table
         self.ingest_task_id = ingest_task_id
         self.ingest_map_index = ingest_map_index
         self.source = source
         self.partition = partition
+        self.replaces = replaces
         self.zerobus_conn_id = zerobus_conn_id
         self.config_overrides = dict(config_overrides or {})
         self.deferrable = deferrable
@@ -116,7 +131,7 @@ class ZerobusReadbackSensor(BaseSensorOperator):
     def _target(self, context: Context) -> tuple[str | None, str | None, str | None]:
         """(source, partition, replaced logical partition or ``None``) of the write to verify."""
         if not self.ingest_task_id:
-            return self.source or None, self.partition or None, None
+            return self.source or None, self.partition or None, self.replaces or None
         run_id = str(context["run_id"])
         source, partition = coverage_keys(self.dag_id, self.ingest_task_id, run_id, self.ingest_map_index)
         upstream = self._upstream(context)

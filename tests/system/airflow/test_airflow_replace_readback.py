@@ -189,6 +189,33 @@ def test_a_replace_whose_delete_did_not_happen_reads_back_as_duplicates(
     both = pa.table(QueryBuilder().register("t", delta).execute("SELECT count(*) AS n FROM t").read_all())
     assert both["n"].to_pylist() == [100], "without the filter the day is read twice"
 
+    # A sensor given the replace write's keys explicitly (no ingest_task_id) judges it the same way.
+    with DAG(f"{dag_id}_explicit", schedule=None) as explicit:
+        ZerobusReadbackSensor(
+            task_id="readback",
+            table=table,
+            source=written["source"],
+            partition=written["partition"],
+            replaces=written["replace_key"],
+            poke_interval=0.1,
+            max_poll_interval=0.3,
+            timeout=3,
+            deferrable=deferrable,
+        )
+    register_dag(explicit)
+    capsys.readouterr()
+    run = explicit.test(logical_date=DAY)
+    assert _states(run) == {"readback": "failed"}
+    said = [line for line in capsys.readouterr().out.splitlines() if "still in the table" in line]
+    assert said and old_tag in said[-1], "explicit replaces= must count the other run's rows too"
+
+
+def test_replaces_needs_the_write_keys_and_not_an_ingest_task() -> None:
+    with pytest.raises(ValueError, match="needs the replace write's source and partition"):
+        ZerobusReadbackSensor(task_id="r", table="main.d.t", replaces="2026-11-01/-1")
+    with pytest.raises(ValueError, match="not both"):
+        ZerobusReadbackSensor(task_id="r", table="main.d.t", ingest_task_id="ingest", replaces="k")
+
 
 def _empty_dag(dag_id: str, table: str, path: Path, schema: dict[str, str] | None) -> DAG:
     with DAG(dag_id, schedule=None) as dag:
