@@ -58,11 +58,10 @@ from dagster_defs.naming import (
 )
 from dagster_defs.resource import ZerobusResource
 from zerobus_orchestration.config import Role
-from zerobus_orchestration.coverage import source_tag
 from zerobus_orchestration.errors import NothingToVerifyError, PlanRefusedError, WriteBoundaryError
 from zerobus_orchestration.reserved import is_reserved
 from zerobus_orchestration.runtime import ZerobusRuntime
-from zerobus_orchestration.write_modes import WriteMode
+from zerobus_orchestration.write_modes import WriteMode, source_tag
 
 SUPERSEDED = "zerobus/superseded_runs"  # output metadata of a replace write: the runs whose rows it deleted
 

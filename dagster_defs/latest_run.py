@@ -19,9 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dagster_defs.metadata import KEY_PARTITION, KEY_SOURCE, KEY_SOURCE_TAG, metadata_value
-from zerobus_orchestration.coverage import source_tag
 from zerobus_orchestration.reserved import SOURCE as SOURCE_COLUMN
-from zerobus_orchestration.write_modes import logical_partition, partition_of_tag
+from zerobus_orchestration.write_modes import logical_partition, partition_of_tag, source_tag
 
 UNPARTITIONED = ""  # the logical partition of an unpartitioned asset's runs
 

@@ -98,22 +98,6 @@ _TABLE_FILTER = "table_catalog = ? AND table_schema = ? AND table_name = ?"
 _KEY_FILTER = f"{_TABLE_FILTER} AND sink = ? AND source = ? AND partition_key = ?"
 
 
-def source_tag(source: str, partition: str = "") -> str:
-    """The ``_twg_source`` value of a write (and its coverage key's source): the source, qualified by its
-    partition when it has one.
-
-    Rows carry no partition column, so two partitions of one source must differ in ``_twg_source``
-    for read-back to tell their row positions apart. A source containing ``[`` is refused: source
-    ``a[b]`` would be indistinguishable from source ``a`` with partition ``b``.
-    """
-    if "[" in source:
-        raise ConfigError(
-            f"source {source!r} contains '[', which starts the partition suffix in _twg_source "
-            "(source[partition]); fix: rename the source, and pass any partition as partition="
-        )
-    return f"{source}[{partition}]" if partition else source
-
-
 def coverage_path(location: str | os.PathLike[str]) -> Path:
     """The local file behind a coverage location; refuses object-store URIs SQLite cannot lock."""
     text = os.fspath(location)

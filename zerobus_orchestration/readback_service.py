@@ -36,7 +36,7 @@ from zerobus_orchestration import intervals, table_truth
 from zerobus_orchestration.catalog.base import TableCatalog
 from zerobus_orchestration.catalog.commands import catalog_from_config
 from zerobus_orchestration.config import ZerobusConfig
-from zerobus_orchestration.coverage import CoverageStore, source_tag
+from zerobus_orchestration.coverage import CoverageStore
 from zerobus_orchestration.errors import ConfigError, NothingToVerifyError, ReadbackTimeoutError
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.readback.auth import DatabricksOAuthHeader
@@ -48,6 +48,7 @@ from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatu
 from zerobus_orchestration.readback.verify import ReadbackReport, verify_readback
 from zerobus_orchestration.readback.visibility import VisibilityProbe, WaitPolicy
 from zerobus_orchestration.tables import TableName
+from zerobus_orchestration.write_modes import source_tag
 
 if TYPE_CHECKING:
     from zerobus_orchestration.embedded import EmulatorHandle

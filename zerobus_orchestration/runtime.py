@@ -33,7 +33,7 @@ from zerobus_orchestration.catalog.commands import catalog_from_config
 from zerobus_orchestration.catalog.plan import ReconcilePlan
 from zerobus_orchestration.config import Role, ZerobusConfig
 from zerobus_orchestration.contracts import ContractDescriptions
-from zerobus_orchestration.coverage import CoverageStore, source_tag
+from zerobus_orchestration.coverage import CoverageStore
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.preconditions import Condition, check_primary_raw
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
@@ -58,6 +58,7 @@ from zerobus_orchestration.write_modes import (
     logical_partition,
     partition_of_tag,
     refuse_on_primary_raw,
+    source_tag,
 )
 
 if TYPE_CHECKING:

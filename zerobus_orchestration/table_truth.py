@@ -1,6 +1,6 @@
 """Delivered positions read from the raw table itself: the ground truth every host can read.
 
-Every row the sink writes carries ``_twg_source`` (``coverage.source_tag(source, partition)``) and
+Every row the sink writes carries ``_twg_source`` (``write_modes.source_tag(source, partition)``) and
 ``_twg_offset`` (its position within that source and partition). So which positions of (source,
 partition) are durable can be recomputed from the table alone, on any host, with the credentials a
 write already has: the table's location from the catalog, storage options vended by the catalog where
@@ -29,13 +29,12 @@ from pydantic import SecretStr
 
 from zerobus_orchestration.catalog.base import TableCatalog
 from zerobus_orchestration.config import ZerobusConfig
-from zerobus_orchestration.coverage import source_tag
 from zerobus_orchestration.errors import CatalogError, NotSupportedError
 from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.reserved import OFFSET, SOURCE
 from zerobus_orchestration.storage import Access, config_storage_options, reveal, with_credentials
 from zerobus_orchestration.tables import TableName
-from zerobus_orchestration.write_modes import logical_partition, partition_of_tag
+from zerobus_orchestration.write_modes import logical_partition, partition_of_tag, source_tag
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable

@@ -39,8 +39,25 @@ def logical_partition(partition: str) -> str:
     return head if sep else partition
 
 
+def source_tag(source: str, partition: str = "") -> str:
+    """The ``_twg_source`` value of a write (and its coverage key's source): the source, qualified by its
+    partition when it has one.
+
+    Rows carry no partition column, so two partitions of one source must differ in ``_twg_source``
+    for read-back to tell their row positions apart. A source containing ``[`` is refused: source
+    ``a[b]`` would be indistinguishable from source ``a`` with partition ``b``.
+    """
+    if "[" in source:
+        raise ConfigError(
+            f"source {source!r} contains '[', which starts the partition suffix in _twg_source "
+            "(source[partition]); fix: rename the source, and pass any partition as partition="
+        )
+    return f"{source}[{partition}]" if partition else source
+
+
 def partition_of_tag(tag: str, source: str) -> str | None:
-    """The partition a ``_twg_source`` tag of ``source`` carries; ``None`` for another source's tag."""
+    """The partition a ``_twg_source`` tag of ``source`` carries (``source_tag``'s inverse); ``None`` for
+    another source's tag."""
     if tag == source:
         return ""
     if tag.startswith(source + "[") and tag.endswith("]"):

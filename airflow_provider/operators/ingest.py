@@ -35,7 +35,6 @@ from airflow_provider.utils.lineage import (
 )
 from airflow_provider.utils.observability import redact
 from zerobus_orchestration.config import Role
-from zerobus_orchestration.coverage import source_tag
 from zerobus_orchestration.errors import (
     ConfigError,
     PlanRefusedError,
@@ -43,7 +42,7 @@ from zerobus_orchestration.errors import (
     WriteBoundaryError,
 )
 from zerobus_orchestration.schema_text import arrow_schema_of_text
-from zerobus_orchestration.write_modes import WriteMode, logical_partition
+from zerobus_orchestration.write_modes import WriteMode, logical_partition, source_tag
 
 if TYPE_CHECKING:
     import pyarrow as pa
