@@ -1,6 +1,7 @@
 """The embedded catalog: the Delta log is the truth, plus a small SQLite registry.
 
-Schema, comments and properties are read from the Delta log on every ``describe`` (never cached).
+Schema, comments and properties are read from the Delta log on every ``describe`` (a kept table handle
+is brought up to its latest version, ``delta_handles``; nothing read is cached).
 The registry at ``<warehouse>/_zerobus/catalog.sqlite`` records what the log cannot: table id, full
 name, location, role, emulated capabilities and the sinks writing to the table. Tables live where
 ``tables.table_uri`` says, so the emulator's materialiser finds them.
@@ -40,6 +41,7 @@ from pathlib import Path
 import pyarrow as pa
 from pydantic import SecretStr
 
+from zerobus_orchestration.catalog import delta_handles
 from zerobus_orchestration.catalog.base import (
     CHARS_NEEDING_COLUMN_MAPPING,
     EMULATED_COLUMN_MAPPING,
@@ -160,6 +162,20 @@ class LocalCatalog:
             return None
         return str(row[0]), str(row[1]), row[2], list(json.loads(row[3]))
 
+    def _registration(
+        self, full_name: str
+    ) -> tuple[tuple[str, str, str | None, list[str]] | None, tuple[str, ...]]:
+        """The registry row and the registered sinks, over one connection (``describe`` runs per write)."""
+        with self._db() as db:
+            row = db.execute(
+                "SELECT table_id, location, role, emulated FROM tables WHERE full_name = ?", (full_name,)
+            ).fetchone()
+            sinks = db.execute(
+                "SELECT sink_id FROM sinks WHERE full_name = ? ORDER BY sink_id", (full_name,)
+            ).fetchall()
+        registered = None if row is None else (str(row[0]), str(row[1]), row[2], list(json.loads(row[3])))
+        return registered, tuple(str(r[0]) for r in sinks)
+
     def _register_table(self, full_name: str, table_id: str, location: str, role: Role) -> None:
         emulated = [EMULATED_COLUMN_MAPPING, EMULATED_UNIFORM] if role is Role.PRIMARY_RAW else []
         with self._db() as db:
@@ -170,13 +186,6 @@ class LocalCatalog:
                 "emulated = excluded.emulated",
                 (full_name, table_id, location, role.value, json.dumps(emulated), _now().isoformat()),
             )
-
-    def _sinks(self, full_name: str) -> tuple[str, ...]:
-        with self._db() as db:
-            rows = db.execute(
-                "SELECT sink_id FROM sinks WHERE full_name = ? ORDER BY sink_id", (full_name,)
-            ).fetchall()
-        return tuple(str(r[0]) for r in rows)
 
     # --- TableCatalog ---------------------------------------------------------------------------
 
@@ -191,17 +200,25 @@ class LocalCatalog:
 
         full_name = TableName.parse(table).full_name
         location = self.location(table)
-        if not DeltaTable.is_deltatable(location, storage_options=self._storage_options or None):
-            return None
-        dt = DeltaTable(location, storage_options=self._storage_options or None)
-        schema = json.loads(dt.schema().to_json())
+        options = self._storage_options or None
+        # A kept handle brought up to date (delta_handles): re-opening replays the log on every write.
+        with delta_handles.latest(
+            location,
+            lambda: DeltaTable(location, storage_options=options),
+            lambda: DeltaTable.is_deltatable(location, storage_options=options),
+            cacheable=options is None,
+        ) as dt:
+            if dt is None:
+                return None
+            schema = json.loads(dt.schema().to_json())
+            metadata = dt.metadata()
+            proto = dt.protocol()
+            version = dt.version()
         try:
             columns = tuple(LiveColumn.from_delta_field(f) for f in schema["fields"])
         except UnsupportedType as exc:
             raise CatalogError(f"table {full_name} holds a column this package cannot map: {exc}") from exc
-        metadata = dt.metadata()
-        proto = dt.protocol()
-        row = self._registry_row(full_name)
+        row, sinks = self._registration(full_name)
         return TableState(
             name=full_name,
             columns=columns,
@@ -214,11 +231,11 @@ class LocalCatalog:
             ),
             table_id=row[0] if row else str(metadata.id),
             location=location,
-            version=dt.version(),
+            version=version,
             registered=row is not None,
             role=Role(row[2]) if row and row[2] else None,
             emulated=frozenset(row[3]) if row else frozenset(),
-            sinks=self._sinks(full_name),
+            sinks=sinks,
         )
 
     def plan(self, table: str, desired: DesiredTable) -> ReconcilePlan:

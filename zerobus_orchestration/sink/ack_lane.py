@@ -37,6 +37,7 @@ from zerobus_orchestration.sink.confirmation import (
     PendingAck,
     check_lane,
     fire_all,
+    settle_all,
 )
 from zerobus_orchestration.sink.errors import LaneUnavailable
 from zerobus_orchestration.sink.lane_telemetry import LaneMetrics, LaneTelemetry, ReplayWatch
@@ -324,9 +325,10 @@ class AckLane:
                 recorded[-1].confirmation if recorded else None,
                 exc,
             )
-        for item in burst:
-            unrecorded = failure is not None and not isinstance(item.confirmation, NoConfirm)
-            item.settle(failure if unrecorded else None)
+        settle_all(
+            (item, failure if failure is not None and not isinstance(item.confirmation, NoConfirm) else None)
+            for item in burst
+        )
         rows, nbytes = self._metrics.delivered(burst, now)
         self.rows_delivered += rows
         self.bytes_delivered += nbytes

@@ -209,9 +209,11 @@ class PendingAck:
             first_poisoned_at=now if self.first_poisoned_at is None else self.first_poisoned_at,
         )
 
-    def settle(self, error: BaseException | None = None) -> None:
+    def settle(self, error: BaseException | None = None, *, give_back: bool = True) -> None:
         """Resolve the receipt (to the span, or with ``error``) and count the batch out of its writer's
-        in-flight batches. Call once per batch, when it is confirmed or given up on."""
+        in-flight batches. Call once per batch, when it is confirmed or given up on.
+
+        ``give_back=False``: the caller returns the bytes to the budget itself (``settle_all``)."""
         if self.future is not None and not self.future.done():
             if error is None:
                 self.future.set_result(span_of(self.confirmation))
@@ -219,8 +221,26 @@ class PendingAck:
                 self.future.set_exception(error)
         if self.tracker is not None:
             self.tracker.settle()
-        if self.budget is not None:
+        if give_back and self.budget is not None:
             self.budget.release(self.nbytes)  # confirmed or given up: either way, a waiting pusher goes on
+
+
+def settle_all(settled: Iterable[tuple[PendingAck, BaseException | None]]) -> None:
+    """``PendingAck.settle`` for a confirmed burst, the bytes given back once per budget at the end.
+
+    One release per burst instead of one per batch: a pusher waiting on the budget is woken once (it
+    re-checks and, for most releases, waits again), not once per batch, while the lane holds the GIL.
+    """
+    returned: dict[int, tuple[ByteBudget, int]] = {}
+    try:
+        for item, error in settled:
+            item.settle(error, give_back=False)
+            if item.budget is not None:
+                budget, nbytes = returned.get(id(item.budget), (item.budget, 0))
+                returned[id(item.budget)] = (budget, nbytes + item.nbytes)
+    finally:  # whatever happened settling, the bytes of the batches settled so far go back
+        for budget, nbytes in returned.values():
+            budget.release(nbytes)
 
 
 def span_of(confirmation: Confirmation) -> OffsetRange | None:
