@@ -191,8 +191,9 @@ def do_put(services: StreamServices, requests: Iterator[Any], context: grpc.Serv
         frames += 1
         if not frame.data_header:
             return Decoded(None, offset, 0)
-        batch, stream = frame_stream(schema, schema_message, frame.data_header, frame.data_body)
-        return Decoded(batch, offset, len(frame.data_body), ipc=stream)
+        body = frame.data_body  # read once: each access to a protobuf bytes field copies it (upb)
+        batch, stream = frame_stream(schema, schema_message, frame.data_header, body)
+        return Decoded(batch, offset, len(body), ipc=stream)
 
     def ack_json(pending: Pending, rotate_grace_ms: int | None) -> list[Any]:
         body = {"ack_up_to_offset": pending.wire_offset, "ack_up_to_records": pending.cumulative_rows}
