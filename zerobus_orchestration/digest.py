@@ -279,13 +279,7 @@ def _var_width(kind: pa.DataType) -> bool:
 
 def _legacy_fixed_width(kind: pa.DataType) -> bool:
     """The types whose null slots ``SHA256_IPC_V1`` zeroed (boolean included, fixed-size binary not)."""
-    return bool(
-        pa.types.is_integer(kind)
-        or pa.types.is_floating(kind)
-        or pa.types.is_boolean(kind)
-        or pa.types.is_temporal(kind)
-        or pa.types.is_decimal(kind)
-    )
+    return pa.types.is_boolean(kind) or (_fixed_width(kind) and not pa.types.is_fixed_size_binary(kind))
 
 
 def _plain(kind: pa.DataType) -> pa.DataType:

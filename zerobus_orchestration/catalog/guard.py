@@ -432,18 +432,10 @@ def conform_batch(
         if offsets is None:
             offset_index = batch.schema.get_field_index(OFFSET)
             offsets = batch.column(offset_index) if offset_index >= 0 else None
-        cast, kind, problem = _Column(table, declared.name, values, declared, offsets).decide()
-        if problem is not None:
-            problems.append(problem)
-            continue
-        assert cast is not None
-        if kind is not None:
-            casts.append(kind)
-        arrays.append(cast)
-    if problems:
-        _refuse(table, problems, metrics)
-    for kind in dict.fromkeys(casts):
-        record_type_reconcile(kind, table=table, metrics=metrics)
+        cast = _decided(_Column(table, declared.name, values, declared, offsets), problems, casts)
+        if cast is not None:
+            arrays.append(cast)
+    _refuse_or_record(table, problems, casts, metrics)
     if plan.unchanged and not casts:
         return batch
     return pa.RecordBatch.from_arrays(arrays, schema=plan.schema)
@@ -484,20 +476,34 @@ def _conform_slow(
                 )
             continue
         values = batch.column(batch.schema.get_field_index(declared.name))
-        cast, kind, problem = _Column(table, declared.name, values, declared, offsets).decide()
-        if problem is not None:
-            problems.append(problem)
-            continue
-        assert cast is not None
-        if kind is not None:
-            casts.append(kind)
-        fields.append(declared)
-        arrays.append(cast)
+        cast = _decided(_Column(table, declared.name, values, declared, offsets), problems, casts)
+        if cast is not None:
+            fields.append(declared)
+            arrays.append(cast)
+    _refuse_or_record(table, problems, casts, metrics)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=batch.schema.metadata))
+
+
+def _decided(column: _Column, problems: list[_Problem], casts: list[str]) -> pa.Array | None:
+    """The column's values as sent (cast if need be), or None with its problem recorded."""
+    cast, kind, problem = column.decide()
+    if problem is not None:
+        problems.append(problem)
+        return None
+    assert cast is not None
+    if kind is not None:
+        casts.append(kind)
+    return cast
+
+
+def _refuse_or_record(
+    table: str, problems: list[_Problem], casts: list[str], metrics: SinkMetrics | None
+) -> None:
+    """Refuse the batch naming every problem, or count each kind of cast it needed once."""
     if problems:
         _refuse(table, problems, metrics)
     for kind in dict.fromkeys(casts):
         record_type_reconcile(kind, table=table, metrics=metrics)
-    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=batch.schema.metadata))
 
 
 def _refuse(table: str, problems: list[_Problem], metrics: SinkMetrics | None) -> NoReturn:

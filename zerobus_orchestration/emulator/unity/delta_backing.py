@@ -101,6 +101,17 @@ class DeltaBacking:
             return None
         return DeltaTable(uri, storage_options=self._options)
 
+    def _open_existing(self, table: FakeTable) -> DeltaTable:
+        """The table's Delta table; its absence fails the statement as Databricks does."""
+        dt = self._open(table)
+        if dt is None:
+            raise StatementFailure(
+                "DELTA_TABLE_NOT_FOUND",
+                f"The Delta table of {table.full_name} is missing at {table.storage_location}.",
+                sqlstate="42P01",
+            )
+        return dt
+
     # -- changes ----------------------------------------------------------------------------------
 
     def create(self, table: FakeTable) -> None:
@@ -143,13 +154,7 @@ class DeltaBacking:
     def change(self, table: FakeTable, after: FakeTable) -> None:
         if table.location is not None:
             return
-        dt = self._open(table)
-        if dt is None:
-            raise StatementFailure(
-                "DELTA_TABLE_NOT_FOUND",
-                f"The Delta table of {table.full_name} is missing at {table.storage_location}.",
-                sqlstate="42P01",
-            )
+        dt = self._open_existing(table)
         before = {c.name.lower(): c for c in table.columns}
         for column in after.columns:
             old = before.get(column.name.lower())
@@ -210,13 +215,7 @@ class DeltaBacking:
                 sqlstate="0A000",
             )
         for attempt in range(_DELETE_ATTEMPTS):
-            dt = self._open(table)
-            if dt is None:
-                raise StatementFailure(
-                    "DELTA_TABLE_NOT_FOUND",
-                    f"The Delta table of {table.full_name} is missing at {table.storage_location}.",
-                    sqlstate="42P01",
-                )
+            dt = self._open_existing(table)
             try:
                 metrics = dt.delete(predicate)
             except CommitFailedError as exc:
