@@ -36,6 +36,7 @@ computed for their records (``ALGORITHMS``), so a resume over an older coverage 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -120,13 +121,32 @@ def rows_digest(
     return hasher.digest()
 
 
+_VIEW, _BOOLEAN, _FIXED, _VAR, _IPC = "view", "boolean", "fixed", "var", "ipc"
+
+
+@functools.lru_cache(maxsize=1024)
+def _layout(kind: pa.DataType) -> str:
+    """How ``_hash_column`` reads a column of ``kind``. Cached: every delivered batch asks per column."""
+    if pa.types.is_string_view(kind) or pa.types.is_binary_view(kind):
+        return _VIEW
+    if pa.types.is_boolean(kind):
+        return _BOOLEAN
+    if _fixed_width(kind):
+        return _FIXED
+    if _var_width(kind):
+        return _VAR
+    return _IPC
+
+
 def _hash_column(hasher: _Hasher, column: pa.Array) -> None:
     """One column's validity section and values, as the module docstring defines them."""
-    if pa.types.is_string_view(column.type) or pa.types.is_binary_view(column.type):
+    layout = _layout(column.type)
+    if layout is _VIEW:
         # A view array's buffers depend on how it was built (inline or not, which data buffer): hash
         # its values as the plain large form, whose buffers hold only the values.
         large = pa.large_string() if pa.types.is_string_view(column.type) else pa.large_binary()
         column = column.cast(large)
+        layout = _VAR
     kind, n = column.type, len(column)
     valid = _valid(column)
     if valid is None:
@@ -134,10 +154,10 @@ def _hash_column(hasher: _Hasher, column: pa.Array) -> None:
     else:
         hasher.update(_HAS_NULLS)
         hasher.update(valid.view(np.uint8))
-    if pa.types.is_boolean(kind):
+    if layout is _BOOLEAN:
         values = _bits(column.buffers()[1], column.offset, n)
         hasher.update((values if valid is None else values & valid).view(np.uint8))
-    elif _fixed_width(kind):
+    elif layout is _FIXED:
         width = kind.byte_width
         data = column.buffers()[1].slice(column.offset * width, n * width)
         if valid is None:
@@ -146,7 +166,7 @@ def _hash_column(hasher: _Hasher, column: pa.Array) -> None:
             rows = np.frombuffer(data, dtype=np.uint8).reshape(n, width).copy()
             rows[~valid] = 0
             hasher.update(rows)
-    elif _var_width(kind):
+    elif layout is _VAR:
         _hash_var_width(hasher, column, valid)
     else:
         _hash_ipc(hasher, column)
@@ -238,7 +258,7 @@ def _one_batch(rows: pa.RecordBatch | pa.Table | Sequence[pa.RecordBatch]) -> pa
 def _decoded(column: pa.Array) -> pa.Array:
     # A dictionary array's IPC body holds only indices: two reads of the same values may build
     # different dictionaries, and the dictionaries themselves are not in the body. Hash the values.
-    plain = _plain(column.type)
+    plain = _plain_cached(column.type)
     return column if plain == column.type else column.cast(plain)
 
 
@@ -280,6 +300,12 @@ def _var_width(kind: pa.DataType) -> bool:
 def _legacy_fixed_width(kind: pa.DataType) -> bool:
     """The types whose null slots ``SHA256_IPC_V1`` zeroed (boolean included, fixed-size binary not)."""
     return pa.types.is_boolean(kind) or (_fixed_width(kind) and not pa.types.is_fixed_size_binary(kind))
+
+
+@functools.lru_cache(maxsize=1024)
+def _plain_cached(kind: pa.DataType) -> pa.DataType:
+    """``_plain``, once per type: every delivered batch asks per column."""
+    return _plain(kind)
 
 
 def _plain(kind: pa.DataType) -> pa.DataType:

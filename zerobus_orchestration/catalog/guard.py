@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 # Re-exported: the guard's refusal tells users to import ``to_json`` from here.
 from zerobus_orchestration.catalog.json_text import to_json as to_json
+from zerobus_orchestration.catalog.temporal_range import is_temporal, out_of_range
 from zerobus_orchestration.errors import UnsupportedType, WriteBoundaryError
 from zerobus_orchestration.reserved import OFFSET, RESERVED_NAMES
 from zerobus_orchestration.type_map import arrow_storage_type, can_widen_to, delta_type
@@ -194,31 +195,17 @@ class _Column:
         )
 
     def _temporal_range_problem(self) -> _Problem | None:
-        """A DATE/TIMESTAMP value Delta and Iceberg cannot hold (vectorised: one min/max per column).
-
-        Delta dates and timestamps span 0001-01-01 .. 9999-12-31 (UTC for TIMESTAMP) and so do Iceberg's
-        readers; Arrow's span is far wider. Such a value would be acknowledged and then never commit.
-        """
-        bounds = _temporal_bounds(self.incoming)
-        if (
-            bounds is None
-            or not _is_temporal(self.declared.type)
-            or len(self.values) == self.values.null_count
-        ):
+        """A DATE/TIMESTAMP value Delta and Iceberg cannot hold (``catalog/temporal_range.py``)."""
+        if not is_temporal(self.declared.type):
             return None
-        low, high, unit = bounds
-        raw = self.values.view(pa.int32() if pa.types.is_date32(self.incoming) else pa.int64())
-        extremes = pc.min_max(raw)
-        if extremes["min"].as_py() >= low and extremes["max"].as_py() <= high:
+        outside = out_of_range(self.values)
+        if outside is None:
             return None
-        outside = pc.or_(pc.less(raw, low), pc.greater(raw, high))
-        row = pc.index(outside, True).as_py()
-        value = raw[row].as_py()
-        count = pc.sum(outside).as_py()
         return self.problem(
             OUT_OF_RANGE,
-            f"{count} value(s) outside 0001-01-01 .. 9999-12-31, which Delta and Iceberg hold; the first at "
-            f"row {row} of the batch{self._position_of(row)} is {_render_temporal(value, unit)}",
+            f"{outside.count} value(s) outside 0001-01-01 .. 9999-12-31, which Delta and Iceberg hold; "
+            f"the first at row {outside.row} of the batch{self._position_of(outside.row)} is "
+            f"{outside.rendered()}",
             "filter or correct those rows (e.g. clamp or null them) before writing",
         )
 
@@ -287,36 +274,6 @@ class _Column:
                     f"declare a wider column ({_safe_delta(self.incoming)}) or filter out-of-range values",
                 ),
             )
-
-
-_DAY_S = 86_400
-_MIN_DAY = -719_162  # 0001-01-01 in days since 1970-01-01
-_MAX_DAY = 2_932_896  # 9999-12-31
-_UNIT_PER_S = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
-
-
-def _is_temporal(t: pa.DataType) -> bool:
-    return bool(pa.types.is_date(t) or pa.types.is_timestamp(t))
-
-
-def _temporal_bounds(t: pa.DataType) -> tuple[int, int, str] | None:
-    """(lowest, highest) storage value Delta/Iceberg hold for ``t``, and its unit; None if not temporal."""
-    if pa.types.is_date32(t):
-        return _MIN_DAY, _MAX_DAY, "d"
-    if pa.types.is_date64(t):
-        return _MIN_DAY * _DAY_S * 1_000, (_MAX_DAY + 1) * _DAY_S * 1_000 - 1, "ms"
-    if pa.types.is_timestamp(t):
-        per_s = _UNIT_PER_S[t.unit]
-        return _MIN_DAY * _DAY_S * per_s, (_MAX_DAY + 1) * _DAY_S * per_s - 1, t.unit
-    return None
-
-
-def _render_temporal(value: int, unit: str) -> str:
-    """A value Python's datetime cannot represent, as its raw count and the (approximate) year."""
-    days = value if unit == "d" else value / (_UNIT_PER_S[unit] * _DAY_S)
-    year = 1970 + int(days // 365.2425)
-    name = {"d": "days", "s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
-    return f"{value} {name[unit]} from 1970-01-01 (about year {year})"
 
 
 def _safe_delta(t: pa.DataType) -> str:
@@ -388,7 +345,7 @@ def _plan(table: str, incoming: pa.Schema, target: pa.Schema, trusted: frozenset
         same = incoming.field(index).type == declared.type
         # Engine-stamped columns of the declared type are right by construction (an emit time comes
         # from a Python datetime, so it cannot leave 0001..9999): no per-value range scan for them.
-        full = not same or (_is_temporal(declared.type) and declared.name not in trusted)
+        full = not same or (is_temporal(declared.type) and declared.name not in trusted)
         columns.append((index, declared, full))
     fields = [declared for _, declared, _ in columns]
     schema = pa.schema(fields, metadata=incoming.metadata)
@@ -523,7 +480,7 @@ def _refuse(table: str, problems: list[_Problem], metrics: SinkMetrics | None) -
 
 def _text_fix(name: str, incoming: pa.DataType, declared: pa.DataType) -> str | None:
     """The fix for a timestamp, date or decimal that arrives as text (SQLite stores them as TEXT)."""
-    if not pa.types.is_string(incoming) or not (_is_temporal(declared) or pa.types.is_decimal(declared)):
+    if not pa.types.is_string(incoming) or not (is_temporal(declared) or pa.types.is_decimal(declared)):
         return None
     return (
         f"declare the source column's type so the text is parsed: schema={{{name!r}: "

@@ -45,6 +45,8 @@ from zerobus_orchestration.sink.stamping import (
 ArrowInput: TypeAlias = pa.RecordBatch | pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch]
 OffsetSpan = OffsetRange
 """Half-open row-position span ``[start, end)`` within (source, partition)."""
+_Piece: TypeAlias = tuple[pa.RecordBatch, int | None, int | None]
+"""A batch to send, the position of its first row (None: continue), its ``nbytes`` if measured."""
 
 _FLUSH_SLICE_S = 0.1
 """How often a waiting ``flush`` looks whether the pool was closed under it (then nothing more settles)."""
@@ -213,27 +215,27 @@ class ZerobusSink:
 
     def _deliver(
         self,
-        pieces: Iterable[tuple[pa.RecordBatch, int | None]],
+        pieces: Iterable[_Piece],
         key: str | None,
         receipts: list[Receipt] | None,
         *,
         whole: bool,
     ) -> None:
-        """Prepare and submit ``pieces``; ``receipts``: collect one per submitted batch (``send``).
+        """Prepare and submit ``pieces`` (``_checked``'s); ``receipts``: one per submitted batch (``send``).
 
         ``whole``: prepare (stamp, gate, guard) every piece before submitting the first, so a bad piece
         leaves nothing sent; the positions already claimed are handed back (``_unclaim``).
         """
         if not whole:
-            for batch, position in pieces:
-                prepared = self._prepare(batch, position)
+            for batch, position, nbytes in pieces:
+                prepared = self._prepare(batch, position, nbytes)
                 if prepared is not None:
                     self._submit_collecting(prepared, key, receipts)
             return
         ready: list[_Prepared] = []
         try:
-            for batch, position in pieces:
-                prepared = self._prepare(batch, position)
+            for batch, position, nbytes in pieces:
+                prepared = self._prepare(batch, position, nbytes)
                 if prepared is not None:
                     ready.append(prepared)
         except BaseException:
@@ -292,7 +294,7 @@ class ZerobusSink:
             if self._next_offset == prepared.span.end:
                 self._next_offset = prepared.claimed_from
 
-    def _positioned(self, data: ArrowInput, at: int | None) -> Iterable[tuple[pa.RecordBatch, int | None]]:
+    def _positioned(self, data: ArrowInput, at: int | None) -> Iterable[_Piece]:
         if at is not None and (at < 0 or self.offset_column is not None):
             raise ValueError(
                 f"{self.table}: at={at} needs a non-negative position and no offset_column "
@@ -401,12 +403,13 @@ class ZerobusSink:
 
     def _checked(
         self, pieces: Iterable[tuple[pa.RecordBatch, int | None]], in_memory: bool
-    ) -> Iterator[tuple[pa.RecordBatch, int | None]]:
+    ) -> Iterator[_Piece]:
         """Each piece, checked by ``check_input`` and sliced to ``max_batch_rows`` and ``max_batch_bytes``.
 
         Each slice keeps its rows' positions, so each is stamped, submitted and recorded in coverage
         (with its digest) as its own range, as if the caller had sent it alone. Slices of in-memory
-        input are zero-copy; slices of a streamed batch are compact copies (see below).
+        input are zero-copy; slices of a streamed batch are compact copies (see below). A piece carries
+        its ``nbytes`` when it was measured here (an unsliced batch), so ``_prepare`` need not again.
         """
         if in_memory:
             # Already in memory, so check it whole first (``_deliver`` then prepares it whole too).
@@ -418,9 +421,10 @@ class ZerobusSink:
         for batch, at in pieces:
             if not in_memory:
                 check_input(self.table, batch, self.offset_column)
-            rows = self._slice_rows(batch)
+            nbytes = batch.nbytes  # walks every buffer: measured once per input batch
+            rows = self._slice_rows(batch, nbytes)
             if rows >= batch.num_rows:
-                yield batch, at
+                yield batch, at, nbytes
             else:
                 for start in range(0, batch.num_rows, rows):
                     piece = batch.slice(start, rows)
@@ -433,29 +437,30 @@ class ZerobusSink:
                         # system allocator: Arrow's default pool (mimalloc) keeps freed blocks
                         # resident, which measured ~80 MB more peak RSS with 100 MB batches.
                         piece = pa.concat_batches([piece], memory_pool=pa.system_memory_pool())
-                    yield piece, None if at is None else at + start
+                    yield piece, None if at is None else at + start, None
                 del piece
             # Let go of this batch before the reader builds the next: otherwise two input batches
             # are alive at once, which is what bounds client memory for large batches.
             del batch
 
-    def _slice_rows(self, batch: pa.RecordBatch) -> int:
-        """Rows per slice of ``batch``: ``max_batch_rows``, fewer if the batch is over ``max_batch_bytes``.
+    def _slice_rows(self, batch: pa.RecordBatch, nbytes: int) -> int:
+        """Rows per slice of ``batch`` (``nbytes``): ``max_batch_rows``, fewer if over ``max_batch_bytes``.
 
         Large batches are sliced so no single submit holds more than the SDK takes in one call and the
         pool's byte budget is given back in small steps (a big batch is not pinned until it all acks).
         """
         rows = batch.num_rows if self.max_batch_rows is None else self.max_batch_rows
         limit = self.pool.config.max_batch_bytes
-        nbytes = batch.nbytes
         if nbytes > limit and batch.num_rows > 1:
             rows = min(rows, max(1, batch.num_rows * limit // nbytes))
         return rows
 
-    def _prepare(self, batch: pa.RecordBatch, at: int | None = None) -> _Prepared | None:
+    def _prepare(
+        self, batch: pa.RecordBatch, at: int | None = None, payload_nbytes: int | None = None
+    ) -> _Prepared | None:
         """Stamp and guard one batch (``check_input`` passed it) and claim its row positions.
 
-        Nothing is sent if this raises."""
+        ``payload_nbytes``: ``batch.nbytes`` if already measured. Nothing is sent if this raises."""
         if batch.num_rows == 0:
             return None
         emit_ts = dt.datetime.now(dt.UTC)
@@ -468,13 +473,20 @@ class ZerobusSink:
             declared = None if column is None else batch.column(column).cast(pa.int64())  # cast once
             span, runs = position_span(batch, self._next_offset if at is None else at, declared)
             stamped = self._stamper.stamp(batch, span, emit_ts, declared)
+            conformed = stamped
             if self.gate is not None:
                 if self._last_schema is None or not stamped.schema.equals(self._last_schema):
                     self._target = self.gate.ensure(self.table, stamped.schema)
                     self._last_schema = stamped.schema
                 assert self._target is not None
-                stamped = self.gate.conform(self.table, stamped, self._target)
-            nbytes = stamped.nbytes
+                conformed = self.gate.conform(self.table, stamped, self._target)
+            if conformed is stamped and payload_nbytes is not None:
+                # Unchanged by the gate: the payload's size plus the three stamped columns' (cheap:
+                # ``RecordBatch.nbytes`` walks every buffer of every column again).
+                nbytes = payload_nbytes + sum(column.nbytes for column in stamped.columns[-3:])
+            else:
+                nbytes = conformed.nbytes
+            stamped = conformed
             claimed_from = self._next_offset
             self._next_offset = max(self._next_offset, span.end)
             self._batches += 1

@@ -23,6 +23,9 @@ _EMIT_TS_TYPE = RESERVED_FIELDS[0].type
 _SOURCE_TYPE = RESERVED_FIELDS[1].type
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MAX_STRING_DATA = 2**31 - 1  # int32 value offsets of pa.string()
+# The kernel itself: ``pc.add``'s Python wrapper costs more than the add on a 20,000-row batch. Not
+# ``add_checked``: positions are non-negative and far below 2**63.
+_ADD = pc.get_function("add")
 
 
 def is_in_memory(data: object) -> bool:
@@ -110,12 +113,13 @@ class Stamper:
         # The source column of the last batch: the same for every batch of its length, and Arrow arrays
         # are immutable, so batches of one size (the usual case) share one instead of building it anew.
         self._last_sources: pa.Array | None = None
+        self._ramp: pa.Array | None = None  # 0, 1, ..., n - 1 for the last batch length n
 
     def stamp(
         self, batch: pa.RecordBatch, span: OffsetRange, emit_ts: dt.datetime, declared: pa.Array | None
     ) -> pa.RecordBatch:
         n = batch.num_rows
-        offsets = declared if declared is not None else _positions(span.start, n)
+        offsets = declared if declared is not None else self._positions(span.start, n)
         emit_us = (emit_ts - _EPOCH) // dt.timedelta(microseconds=1)
         # A repeated 8-byte buffer: measured faster than pa.repeat or numpy.full for the timestamp.
         stamps = pa.Array.from_buffers(_EMIT_TS_TYPE, n, [None, pa.py_buffer(array("q", [emit_us]) * n)])
@@ -128,6 +132,19 @@ class Stamper:
         return pa.RecordBatch.from_arrays(
             [*batch.columns, stamps, sources, offsets], schema=self._stamped_schema
         )
+
+    def _positions(self, first: int, n: int) -> pa.Array:
+        """``first, first + 1, ..., first + n - 1`` as int64: the kept ramp ``0 .. n - 1`` plus ``first``.
+
+        One SIMD add into Arrow's memory pool: measured ~8x cheaper than a fresh ``numpy.arange`` per
+        batch, whose buffer comes from the system allocator and page-faults on every batch.
+        """
+        ramp = self._ramp
+        if ramp is None or len(ramp) != n:
+            ramp = self._ramp = pa.array(np.arange(n, dtype=np.int64))
+        if first == 0:
+            return ramp
+        return _ADD.call([ramp, pa.scalar(first, pa.int64())])
 
     def _sources(self, n: int) -> pa.Array:
         """``n`` copies of the source tag (shared with the last batch when it had ``n`` rows too)."""
@@ -149,8 +166,3 @@ class Stamper:
 def _is_step_one(offsets: np.ndarray[Any, np.dtype[np.int64]]) -> bool:
     """Whether ``offsets`` ascend by exactly one from row to row."""
     return bool(np.all(np.diff(offsets) == 1))
-
-
-def _positions(first: int, n: int) -> pa.Array:
-    """``first, first + 1, ..., first + n - 1`` as int64 (numpy: ~10x a cumulative-sum kernel)."""
-    return pa.array(np.arange(first, first + n, dtype=np.int64))

@@ -103,7 +103,7 @@ def test_the_gate_scans_caller_timestamps_but_not_its_own_stamp(
         scanned.append(len(values))
         return real_min_max(values)
 
-    monkeypatch.setattr(pc, "min_max", counting_min_max)  # the module the guard calls
+    monkeypatch.setattr(pc, "min_max", counting_min_max)  # what catalog/temporal_range.py calls
     out = gate.conform(T, batch, target)
     assert out.num_rows == 2 and out.column(EMIT_TS).equals(batch.column(EMIT_TS))
     assert len(scanned) == 1  # ``ts`` only: the caller's column, not ``_twg_emit_ts``
