@@ -13,7 +13,8 @@ it and a read-back recovery run resume from coverage instead of sending its rows
 No ``from __future__ import annotations``: Dagster resolves these annotations at runtime.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
@@ -21,15 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from dagster_defs.contract_definition import ContractRef
-from dagster_defs.drift import (
-    SCHEMA_CHANGES,
-    added_columns,
-    contract_of,
-    describe_changes,
-    refuse_undeclared,
-    undeclared_contract,
-)
+from dagster_defs.drift import SCHEMA_CHANGES, contract_of, describe_changes
 from dagster_defs.handlers import (
     ArrowTypeHandler,
     ZerobusTypeHandler,
@@ -38,28 +31,20 @@ from dagster_defs.handlers import (
     handler_for_output,
 )
 from dagster_defs.latest_run import latest_tags, select_latest_runs
-from dagster_defs.metadata import (
-    COLUMN_SCHEMA,
-    KEY_SOURCE_TAG,
-    descriptions_from_column_schema,
-    table_uri,
-    write_metadata,
-)
-from dagster_defs.naming import (
-    META_WRITE_MODE,
-    RESUME_PARTITION_TAG,
-    RESUME_SOURCE_TAG,
-    AssetOptions,
-    TableRef,
-    partition_for,
-    source_for,
-    table_ref,
-    write_partition,
+from dagster_defs.metadata import KEY_SOURCE_TAG, table_uri, write_metadata
+from dagster_defs.naming import META_WRITE_MODE, AssetOptions, TableRef, source_for, table_ref
+from dagster_defs.output_partition import coverage_partition, partition_label, refuse_range_replace
+from dagster_defs.output_table import (
+    create_if_missing,
+    ready_table,
+    refuse_inferred_creation,
+    role_and_descriptions,
 )
 from dagster_defs.resource import ZerobusResource
 from zerobus_orchestration.config import Role
 from zerobus_orchestration.errors import NothingToVerifyError, PlanRefusedError, WriteBoundaryError
 from zerobus_orchestration.reserved import is_reserved
+from zerobus_orchestration.results import WriteResult
 from zerobus_orchestration.runtime import ZerobusRuntime
 from zerobus_orchestration.write_modes import WriteMode, source_tag
 
@@ -184,62 +169,6 @@ def _asset_key(context: dg.OutputContext | dg.InputContext) -> dg.AssetKey:
     return dg.AssetKey([context.name or "output"])
 
 
-def _partition_label(context: dg.OutputContext) -> str | None:
-    if not context.has_asset_partitions:
-        return None
-    keys = list(context.asset_partition_keys)
-    if len(keys) == 1:
-        return keys[0]
-    return _range_label(context, keys)  # a single-run backfill of a range writes one coverage partition
-
-
-def _range_label(context: dg.OutputContext, keys: Sequence[str]) -> str:
-    """``first...last`` of a range run. ``asset_partition_keys`` of a static partitions subset is a set
-    in no fixed order, so its ends would differ between a run and its re-execution; the key range is
-    the definition's order. An output spanning several ranges has none: its sorted ends, still stable."""
-    try:
-        span = context.asset_partition_key_range
-    except Exception:  # Dagster fails a subset of several ranges with its internal CheckError
-        return f"{min(keys)}...{max(keys)}"
-    return f"{span.start}...{span.end}"
-
-
-def _refuse_range_replace(context: dg.OutputContext, key: dg.AssetKey, table: str) -> None:
-    """A run over a partition range writes one coverage partition ``first...last``, whose replace could
-    not supersede the single-partition runs inside it (nor they it): refused before anything is sent."""
-    keys = list(context.asset_partition_keys) if context.has_asset_partitions else []
-    if len(keys) <= 1:
-        return
-    span = _range_label(context, keys)
-    raise dg.Failure(
-        description=f"asset {key.to_user_string()} (table {table}): write_mode='replace' replaces one "
-        f"partition per run, but this run covers the partition range {span} ({len(keys)} partitions); "
-        "nothing was sent. Fix: run one partition per run (a backfill of this asset with "
-        "backfill_policy=dg.BackfillPolicy.multi_run(1), or `dg launch --partition <key>` per "
-        "partition), or keep write_mode='append' for range runs",
-        metadata={"table": table, "partition_range": span},
-        allow_retries=False,
-    )
-
-
-def _coverage_partition(context: dg.OutputContext, source: str) -> str:
-    """The write's coverage partition (``naming.write_partition``), from the run this step belongs to."""
-    label = _partition_label(context)
-    try:
-        run = context.step_context.dagster_run
-    except dg.DagsterInvariantViolationError:
-        # A context built outside a run (build_output_context in a test): no run group to resume.
-        return partition_for(context.run_id, label)
-    partition = write_partition(run, source, label)
-    tagged = run.tags.get(RESUME_PARTITION_TAG)
-    if tagged and run.tags.get(RESUME_SOURCE_TAG) == source and partition != tagged:
-        context.log.warning(
-            f"recovery run tags ask to resume coverage partition {tagged!r}, which is not this write's "
-            f"partition key {label or ''!r}; writing under {partition!r} (rows are appended again)"
-        )
-    return partition
-
-
 def _landed_note(rt: ZerobusRuntime, table: str, source: str, partition: str, mode: WriteMode) -> str:
     """What a failed write left in the table and how to go on: appended rows are not rolled back."""
     try:
@@ -267,47 +196,81 @@ def _drain_quietly(rt: ZerobusRuntime, context: dg.OutputContext) -> None:
         context.log.warning(f"zerobus: draining after a failed write also failed: {exc}")
 
 
-def _create_if_missing(rt: ZerobusRuntime, table: str, schema: pa.Schema, role: Role | None) -> None:
-    if rt.catalog.describe(table) is None:
-        rt.reconcile(table, schema, role=role)
+@contextmanager
+def _failure_explained(
+    rt: ZerobusRuntime, context: dg.OutputContext, table: str, source: str, partition: str, mode: WriteMode
+) -> Iterator[None]:
+    """Bad input and refused plans fail the step for good, naming table and column; any other failure
+    drains what is in flight and says what the write left in the table."""
+    try:
+        yield
+    except WriteBoundaryError as exc:
+        # Bad input: retrying cannot help. Name table and column in the step failure.
+        raise dg.Failure(
+            description=str(exc),
+            metadata={"table": exc.table, "column": exc.column, "kind": exc.kind},
+            allow_retries=False,
+        ) from exc
+    except PlanRefusedError as exc:
+        raise dg.Failure(
+            description=str(exc),
+            metadata={"table": table, "reasons": dg.MetadataValue.json(list(exc.reasons))},
+            allow_retries=False,
+        ) from exc
+    except Exception as exc:
+        # The output failed part-way (e.g. its generator raised). Drain what is in flight so
+        # coverage holds every acknowledged row before a retry of this step resumes from it.
+        _drain_quietly(rt, context)
+        exc.add_note(_landed_note(rt, table, source, partition, mode))
+        raise
 
 
-def _reconcile_from_contract(
-    rt: ZerobusRuntime, table: str, contract: ContractRef, role: Role | None, context: dg.OutputContext
+def _record_replace(
+    context: dg.OutputContext, result: WriteResult, table: str, source: str, partition: str, mode: WriteMode
 ) -> None:
-    """Create or evolve ``table`` from its contract before any row is sent, so the write never creates it
-    from the output's inferred schema (a nullable key, a narrower decimal) that every later contract run
-    would then refuse. A no-op plan when the contract asset already ran."""
-    outcome = rt.reconcile(
-        table,
-        contract.arrow_schema(table),
-        role=role,
-        descriptions=contract.descriptions or None,
-        tags=contract.tags,
-    )
-    if outcome.applied:
-        context.log.info(
-            f"{table}: reconciled from the contract {contract.key.to_user_string()}: {outcome.plan}"
+    if mode is WriteMode.REPLACE:
+        # The sensor's read-back then checks the other runs are gone, and inputs read this run only.
+        context.add_output_metadata(
+            {META_WRITE_MODE: mode.value, KEY_SOURCE_TAG: source_tag(source, partition)}
         )
+    if result.superseded_sources:
+        context.log.info(
+            f"{table}: replaced partition {partition_label(context) or '(whole table)'!r}; "
+            f"deleted the rows of {list(result.superseded_sources)}"
+        )
+        context.add_output_metadata({SUPERSEDED: dg.MetadataValue.json(list(result.superseded_sources))})
 
 
-def _refuse_inferred_creation(
-    rt: ZerobusRuntime, table: str, context: dg.OutputContext, key: dg.AssetKey
+def _record_write(
+    context: dg.OutputContext,
+    rt: ZerobusRuntime,
+    result: WriteResult,
+    table: str,
+    schema: pa.Schema,
+    descriptions: dict[str, str],
+    *,
+    where: str,
 ) -> None:
-    """An asset depending on a contract this run cannot see must not create its table by inference."""
-    contract_key = undeclared_contract(context, key)
-    if contract_key is None or rt.catalog.describe(table) is not None:
-        return
-    name = contract_key.to_user_string()
-    raise dg.Failure(
-        description=f"{table} does not exist and {key.to_user_string()} depends on its contract {name}, "
-        "whose definition is not part of this run; nothing was sent, so the table is not created from the "
-        f"output's inferred schema. Materialize {name} first, or declare the asset with the contract's "
-        "definition: @dg.asset(..., metadata=contract.data_metadata, kinds=contract.kinds) or "
-        "contract.attach(asset) (build_zerobus_definitions does this for its tables=)",
-        metadata={"table": table, "contract": name},
-        allow_retries=False,
-    )
+    try:
+        cfg = rt.config
+        uri = table_uri(
+            warehouse=cfg.warehouse,
+            full_name=table,
+            embedded=cfg.embedded,
+            workspace_url=cfg.workspace_url,
+        )
+        context.add_output_metadata(
+            write_metadata(
+                result,
+                full_name=table,
+                schema=schema,
+                descriptions=descriptions,
+                uri=uri,
+                partitioned=context.has_asset_partitions,
+            )
+        )
+    except Exception as exc:  # the rows are durable; statistics must never fail the write
+        context.log.warning(f"{where}: could not build Zerobus output metadata: {exc}")
 
 
 class ZerobusIO(dg.IOManager):
@@ -346,100 +309,41 @@ class ZerobusIO(dg.IOManager):
             context.log.warning(f"{where} returned None; nothing was written to Zerobus")
             return
         options = AssetOptions.from_metadata(context.definition_metadata, where=where)
-        ref = self._ref(key, options)
-        handler = handler_for_output(self._handlers, obj, where=where)
-        data = handler.to_arrow(obj)
-        schema = data.schema
-        described = descriptions_from_column_schema((context.definition_metadata or {}).get(COLUMN_SCHEMA))
-        descriptions = {k: v for k, v in described.items() if k in schema.names and not is_reserved(k)}
+        table = self._ref(key, options).full_name
+        data = handler_for_output(self._handlers, obj, where=where).to_arrow(obj)
         source = source_for(key)
-        partition = _coverage_partition(context, source)
+        partition = coverage_partition(context, source)
         rt = self._zerobus.runtime
         contract = contract_of(context, key)
-        changes: list[dict[str, str]] = []
-        role = options.role or self._role
         mode = options.write_mode or self._write_mode
         if mode is WriteMode.REPLACE:
-            _refuse_range_replace(context, key, ref.full_name)
-        if contract is not None:  # the contract's role, and its description where both describe a column
-            role = contract.role or role
-            described = {**descriptions, **contract.descriptions}
-            descriptions = {k: v for k, v in described.items() if k in schema.names}
-        else:
-            _refuse_inferred_creation(rt, ref.full_name, context, key)
-        try:
-            if contract is not None:
-                refuse_undeclared(ref.full_name, schema, contract)
-                _reconcile_from_contract(rt, ref.full_name, contract, role, context)
-            else:
-                changes = added_columns(rt, ref.full_name, schema)
+            refuse_range_replace(context, key, table)
+        role, descriptions = role_and_descriptions(
+            context.definition_metadata, data.schema, contract, options.role or self._role
+        )
+        if contract is None:
+            refuse_inferred_creation(rt, table, context, key)
+        with _failure_explained(rt, context, table, source, partition, mode):
+            changes = ready_table(rt, table, data.schema, contract, role, context)
             result = rt.write(
-                ref.full_name,
+                table,
                 data,
                 source=source,
                 partition=partition,
                 descriptions=descriptions or None,
                 role=role,
                 mode=mode,
-                replace_key=_partition_label(context) or "",
+                replace_key=partition_label(context) or "",
             )
             if contract is None and result.rows_written == 0 and result.rows_skipped == 0:
                 # No batch was sent, so the sink never reconciled: an empty first write still creates
                 # the table, so downstream reads find it (a contracted table exists already).
-                _create_if_missing(rt, ref.full_name, schema, role)
-        except WriteBoundaryError as exc:
-            # Bad input: retrying cannot help. Name table and column in the step failure.
-            raise dg.Failure(
-                description=str(exc),
-                metadata={"table": exc.table, "column": exc.column, "kind": exc.kind},
-                allow_retries=False,
-            ) from exc
-        except PlanRefusedError as exc:
-            raise dg.Failure(
-                description=str(exc),
-                metadata={"table": ref.full_name, "reasons": dg.MetadataValue.json(list(exc.reasons))},
-                allow_retries=False,
-            ) from exc
-        except Exception as exc:
-            # The output failed part-way (e.g. its generator raised). Drain what is in flight so
-            # coverage holds every acknowledged row before a retry of this step resumes from it.
-            _drain_quietly(rt, context)
-            exc.add_note(_landed_note(rt, ref.full_name, source, partition, mode))
-            raise
-        if mode is WriteMode.REPLACE:
-            # The sensor's read-back then checks the other runs are gone, and inputs read this run only.
-            context.add_output_metadata(
-                {META_WRITE_MODE: mode.value, KEY_SOURCE_TAG: source_tag(source, partition)}
-            )
-        if result.superseded_sources:
-            context.log.info(
-                f"{ref.full_name}: replaced partition {_partition_label(context) or '(whole table)'!r}; "
-                f"deleted the rows of {list(result.superseded_sources)}"
-            )
-            context.add_output_metadata({SUPERSEDED: dg.MetadataValue.json(list(result.superseded_sources))})
+                create_if_missing(rt, table, data.schema, role)
+        _record_replace(context, result, table, source, partition, mode)
         if changes:
-            context.log.warning(describe_changes(ref.full_name, changes))
+            context.log.warning(describe_changes(table, changes))
             context.add_output_metadata({SCHEMA_CHANGES: dg.MetadataValue.json(changes)})
-        try:
-            cfg = rt.config
-            uri = table_uri(
-                warehouse=cfg.warehouse,
-                full_name=ref.full_name,
-                embedded=cfg.embedded,
-                workspace_url=cfg.workspace_url,
-            )
-            context.add_output_metadata(
-                write_metadata(
-                    result,
-                    full_name=ref.full_name,
-                    schema=schema,
-                    descriptions=descriptions,
-                    uri=uri,
-                    partitioned=context.has_asset_partitions,
-                )
-            )
-        except Exception as exc:  # the rows are durable; statistics must never fail the write
-            context.log.warning(f"{where}: could not build Zerobus output metadata: {exc}")
+        _record_write(context, rt, result, table, data.schema, descriptions, where=where)
 
     # -- read ------------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, TypeAlias
 
 import pyarrow as pa
@@ -44,8 +44,7 @@ from zerobus_orchestration.readback.verify import ReadbackReport
 from zerobus_orchestration.readback_service import ReadbackService
 from zerobus_orchestration.results import RuntimeHealth as RuntimeHealth
 from zerobus_orchestration.results import WriteResult as WriteResult
-from zerobus_orchestration.resume import ResumeSlice, resume_slices
-from zerobus_orchestration.resume_truth import TruthSkip, learn_from_table
+from zerobus_orchestration.resume_pieces import ResumedPieces, resumed_pieces
 from zerobus_orchestration.sink.confirmation import LaneKind
 from zerobus_orchestration.sink.pool import StreamPool
 from zerobus_orchestration.sink.sink import ZerobusSink, is_in_memory
@@ -259,58 +258,17 @@ class ZerobusRuntime:
             ordering_key=ordering_key,
         )
         resent_before = sink.pool.rows_possibly_resent  # the pool outlives writes: count this one's only
-        covered = self.covered(name, source=source, partition=partition) if resume else ()
-        skipped = 0
-        resent_after_crash = 0
+        skipped = resent_after_crash = 0
         if resume:
-            counted = _RowCounter(_batches(data))
-            key = CoverageKey(DEFAULT_SINK_ID, source_tag(source, partition), partition)
-            # The recorded content digests let the resume refuse, before sending, an input that changed.
-            cached = resume_slices(
-                covered,
-                counted,
-                offset_column=offset_column,
-                table=name,
-                digests=self.coverage(name).digests(key) if covered else (),
-                source=source,
-                partition=partition,
-            )
-            # Then what the table itself shows delivered; read only if a row the cache lacks comes up.
-            pieces = TruthSkip(
-                cached,
-                lambda: learn_from_table(
-                    self.catalog,
-                    self.config,
-                    key,
-                    table=name,
-                    source=source,
-                    cached=covered,
-                    cache=self.coverage(name),
-                    commit=None if self.emulator is None else self.emulator.materialize_now,
-                    # An in-process emulator is the only one serving this warehouse and commits all it
-                    # acknowledged on request: nothing more can arrive, no settle period to wait out.
-                    settle=not (self.emulator is not None and self.config.emulator.mode == "in_process"),
-                ),
-                cached=covered,
-                offset_column=offset_column,
-                table=name,
+            pieces = self._resumed_pieces(
+                name, data, source=source, partition=partition, offset_column=offset_column
             )
             # In-memory input is checked whole before anything is sent, resumed or not (see ``push``).
-            sink.push_positioned(_positioned_pieces(pieces, offset_column), whole=is_in_memory(data))
-            skipped = counted.rows - sink.finish()[0].rows
+            sink.push_positioned(pieces, whole=is_in_memory(data))
+            skipped = pieces.rows_read - sink.finish()[0].rows
             resent_after_crash = pieces.rows_resent
-            schema = schema if schema is not None else counted.schema
-            if skipped or resent_after_crash:
-                log.info(
-                    "%s: resumed %s %r, skipped %d delivered row(s) (%d on the table's word), re-sent %d "
-                    "at positions an earlier attempt had reached",
-                    name,
-                    source,
-                    partition,
-                    skipped,
-                    pieces.rows_skipped,
-                    resent_after_crash,
-                )
+            schema = schema if schema is not None else pieces.schema
+            _log_resumed(name, source, partition, skipped, pieces)
         else:
             sink.push(data)
         sink.flush()  # the durability barrier: every confirmation has fired once this returns
@@ -351,6 +309,25 @@ class ZerobusRuntime:
             rows_possibly_resent=resent,
             rows_resent_after_crash=resent_after_crash,
             superseded_sources=superseded,
+        )
+
+    def _resumed_pieces(
+        self, name: str, data: ArrowData, *, source: str, partition: str, offset_column: str | None
+    ) -> ResumedPieces:
+        """The pieces of ``data`` a resumed write still sends (``resume_pieces``), this runtime's way."""
+        return resumed_pieces(
+            _batches(data),
+            CoverageKey(DEFAULT_SINK_ID, source_tag(source, partition), partition),
+            table=name,
+            source=source,
+            offset_column=offset_column,
+            store=self.coverage(name),
+            catalog=self.catalog,
+            config=self.config,
+            commit=None if self.emulator is None else self.emulator.materialize_now,
+            # An in-process emulator is the only one serving this warehouse and commits all it
+            # acknowledged on request: nothing more can arrive, no settle period to wait out.
+            settle=not (self.emulator is not None and self.config.emulator.mode == "in_process"),
         )
 
     def _create_when_empty(
@@ -557,27 +534,15 @@ def _schema_of(data: ArrowData) -> pa.Schema | None:
     return None
 
 
-def _positioned_pieces(
-    pieces: Iterable[ResumeSlice], offset_column: str | None
-) -> Iterator[tuple[pa.RecordBatch, int | None]]:
-    """Each resumed slice with its first row's position (None: the offset column gives positions)."""
-    for piece in pieces:
-        yield piece.batch, None if offset_column else piece.start_offset
-        del piece  # a slice pins its whole input batch: let it go before the source builds the next
-
-
-class _RowCounter:
-    """Counts the rows of a batch stream as it is consumed (how many a resumed write skipped)."""
-
-    def __init__(self, batches: Iterable[pa.RecordBatch]) -> None:
-        self._batches = batches
-        self.rows = 0
-        self.schema: pa.Schema | None = None  # the first batch's, even an empty one's
-
-    def __iter__(self) -> Iterator[pa.RecordBatch]:
-        for batch in self._batches:
-            self.rows += batch.num_rows
-            if self.schema is None and isinstance(batch, pa.RecordBatch):
-                self.schema = batch.schema
-            yield batch
-            del batch  # not alive while the source builds the next one (two large batches at once)
+def _log_resumed(name: str, source: str, partition: str, skipped: int, pieces: ResumedPieces) -> None:
+    if skipped or pieces.rows_resent:
+        log.info(
+            "%s: resumed %s %r, skipped %d delivered row(s) (%d on the table's word), re-sent %d "
+            "at positions an earlier attempt had reached",
+            name,
+            source,
+            partition,
+            skipped,
+            pieces.rows_skipped_on_table_word,
+            pieces.rows_resent,
+        )
