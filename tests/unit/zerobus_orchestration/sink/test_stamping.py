@@ -37,3 +37,18 @@ def test_batches_of_one_size_share_one_source_column_not_a_copy_each() -> None:
     assert second.buffers()[2].address == first.buffers()[2].address
     assert other.buffers()[2].address != first.buffers()[2].address
     assert other.to_pylist() == ["s", "s"]
+
+
+def test_positions_from_zero_and_from_far_are_exact_whatever_batch_came_before() -> None:
+    """Positions are a kept ramp plus the first row's position: from 0 the ramp itself is the column,
+    which later batches must never change (Arrow arrays are immutable, and the add makes a new one)."""
+    stamper = Stamper("s")
+    first = stamper.stamp(_batch(4), OffsetRange(0, 4), _NOW, None)
+    far = stamper.stamp(_batch(4), OffsetRange(2**40, 2**40 + 4), _NOW, None)
+    again = stamper.stamp(_batch(4), OffsetRange(0, 4), _NOW, None)
+    shorter = stamper.stamp(_batch(2), OffsetRange(9, 11), _NOW, None)
+    assert first.column(OFFSET).to_pylist() == [0, 1, 2, 3]
+    assert far.column(OFFSET).to_pylist() == [2**40 + i for i in range(4)]
+    assert again.column(OFFSET).to_pylist() == [0, 1, 2, 3]
+    assert first.column(OFFSET).to_pylist() == [0, 1, 2, 3]
+    assert shorter.column(OFFSET).to_pylist() == [9, 10] and shorter.column(OFFSET).type == pa.int64()
