@@ -37,6 +37,8 @@ from zerobus_orchestration.sink.confirmation import (
     PendingAck,
     check_lane,
     fire_all,
+    hash_ahead,
+    keeps_digests,
     settle_all,
 )
 from zerobus_orchestration.sink.errors import LaneUnavailable
@@ -84,6 +86,7 @@ class AckLane:
         self.capacity = capacity
         self._telemetry = telemetry
         self._recorder = recorder
+        self._keeps_digests = keeps_digests(recorder)
         self._observer = observer
         self._transient_retries = transient_retries
         self._retry_backoff = Backoff(min(retry_backoff_s, 1.0), 1.0)
@@ -276,6 +279,9 @@ class AckLane:
                     self._cond.notify_all()
                 return
             self._metrics.submitted(burst)
+            # Hash while the acknowledgement travels (recorded only after it: ``_confirm``).
+            if self._keeps_digests:
+                hash_ahead(item.confirmation for item in burst)
             failure = self._wait_durable(burst[-1].offset)
             self._replays.observe()
             if failure is None:

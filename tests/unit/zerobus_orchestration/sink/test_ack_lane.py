@@ -8,13 +8,17 @@ from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from tests.support.sink_helpers import KEY, ScriptedStream, make_lane, one_row, span
+from zerobus_orchestration.digest import RangeDigest, rows_digest
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
+from zerobus_orchestration.sink import confirmation as confirmation_module
 from zerobus_orchestration.sink.ack_lane import AckLane, LaneState
 from zerobus_orchestration.sink.confirmation import LaneKind, NoConfirm, PendingAck, RawAnchor
 
@@ -316,3 +320,53 @@ def test_batch_size_is_measured_once_and_carried_through_a_resubmission(metrics:
     labels = {"table": "main.test.t", "stream": "0", "lane": "raw"}
     assert metrics.sample("zerobus_bytes_submitted_total", labels) == 99
     assert metrics.sample("zerobus_bytes_delivered_total", labels) == 99
+
+
+@dataclass
+class DigestKeeper:
+    """A recorder that keeps digests (``record_delivered``), as ``coverage.CoverageStore`` does."""
+
+    delivered: list[tuple[list[OffsetRange], list[RangeDigest]]] = field(default_factory=list)
+
+    def record(self, key: CoverageKey, span: OffsetRange) -> None:
+        self.record_many([(key, span)])
+
+    def record_many(self, items: Iterable[tuple[CoverageKey, OffsetRange]]) -> None:
+        self.record_delivered(items, ())
+
+    def record_delivered(
+        self, items: Iterable[tuple[CoverageKey, OffsetRange]], digests: Iterable[RangeDigest]
+    ) -> None:
+        self.delivered.append(([s for _, s in items], list(digests)))
+
+
+def test_digests_are_hashed_while_the_ack_travels_and_recorded_only_after_it(
+    metrics: SinkMetrics, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lane hashes a burst's payloads before it waits (the buffers are still in cache, and the
+    hashing overlaps the round trip), once each, and records nothing until the durable ack."""
+    hashed: list[int] = []
+
+    def counting_digest(rows: pa.RecordBatch, order_by: str | None = None) -> bytes:
+        hashed.append(rows.num_rows)
+        return rows_digest(rows, order_by)
+
+    monkeypatch.setattr(confirmation_module, "rows_digest", counting_digest)
+    stream, recorder = ScriptedStream(), DigestKeeper()
+    lane = make_lane(stream, metrics, recorder)
+    payloads = [pa.record_batch({"v": pa.array([seq, seq], pa.int64())}) for seq in range(3)]
+    for seq, payload in enumerate(payloads):  # queued before the lane runs: one burst
+        assert lane.reserve(timeout=5)
+        offset = stream.submit(payload)
+        anchor = RawAnchor(KEY, OffsetRange(2 * seq, 2 * seq + 2), None, payload)
+        lane.put(PendingAck(LaneKind.RAW, seq, offset, anchor, time.monotonic(), payload))
+    lane.start()
+    assert eventually(lambda: stream.waits == [2])  # waiting for the ack, which is withheld
+    assert hashed == [2, 2, 2] and recorder.delivered == []  # hashed ahead, nothing recorded
+    stream.ack_to(2)
+    assert lane.wait_idle(timeout=10)
+    lane.stop()
+    assert hashed == [2, 2, 2]  # not hashed again when recorded
+    ((spans, digests),) = recorder.delivered
+    assert spans == [OffsetRange(0, 2), OffsetRange(2, 4), OffsetRange(4, 6)]
+    assert [d.digest for d in digests] == [rows_digest(p) for p in payloads]
