@@ -8,7 +8,8 @@ batch is submitted, so the mismatch can never surface as a half-confirmed run.
 A coverage confirmation may carry the batch's payload rows (what the caller gave, before stamping).
 The ack lane then hashes them (``digest.rows_digest``) and records the digest with the range, so a
 later resume can check that its input still holds those rows at those positions. Hashing runs on the
-lane's thread after the durable ack, off the push path.
+lane's thread, off the push path, while the burst's acknowledgement is on its way (``hash_ahead``);
+the digest is recorded only after the durable ack, with its range.
 """
 
 from __future__ import annotations
