@@ -95,6 +95,24 @@ def register_dag(airflow_db: None) -> Any:
     return _register_dag
 
 
+def xcom(dag_id: str, run_id: str, task_id: str, *, missing_ok: bool = False) -> Any:
+    """A task instance's XCom ``return_value`` as the metadata DB holds it (JSON text decoded).
+
+    A task that pushed nothing raises (``NoResultFound``) unless ``missing_ok``, which returns None instead:
+    for a run read whole, where a failed or skipped task has no return value.
+    """
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        query = session.query(XComModel).filter_by(
+            dag_id=dag_id, run_id=run_id, task_id=task_id, key="return_value"
+        )
+        row = query.one_or_none() if missing_ok else query.one()
+        value = None if row is None else row.value
+    return json.loads(value) if isinstance(value, str) else value
+
+
 def _register_dag(dag: Any, bundle: str = "testing") -> None:
     from airflow.models.dagbundle import DagBundleModel
     from airflow.models.serialized_dag import SerializedDagModel

@@ -27,6 +27,7 @@ import pytest
 from deltalake import DeltaTable
 
 import tests.support.airflow_many_machines_dag as dag_source
+from tests.support.airflow_env import xcom
 from tests.support.local_cloud import clean_env, serve
 from zerobus_orchestration.tables import table_uri
 
@@ -124,19 +125,12 @@ def _create_run(dags: Path, register_dag: Any) -> None:
 def _task_instance(task_id: str) -> tuple[str, Any]:
     """The task instance's state and its XCom ``return_value``, read from the shared metadata DB."""
     from airflow.models.taskinstance import TaskInstance
-    from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
     with create_session() as session:
         ti = session.query(TaskInstance).filter_by(dag_id=dag_source.DAG_ID, run_id=RUN_ID, task_id=task_id)
         state = str(ti.one().state)
-        row = (
-            session.query(XComModel)
-            .filter_by(dag_id=dag_source.DAG_ID, run_id=RUN_ID, task_id=task_id, key="return_value")
-            .one_or_none()
-        )
-        value = None if row is None else row.value
-    return state, json.loads(value) if isinstance(value, str) else value
+    return state, xcom(dag_source.DAG_ID, RUN_ID, task_id, missing_ok=True)
 
 
 def test_the_sensor_on_another_host_verifies_the_ingests_xcom_record(

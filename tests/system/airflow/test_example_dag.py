@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from airflow_provider.hooks.zerobus import ZerobusHook
+from tests.support.airflow_env import xcom
 
 pytestmark = [
     pytest.mark.integration,
@@ -30,20 +31,6 @@ def _load_example() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _xcom(dag_id: str, run_id: str, task_id: str) -> Any:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        row = (
-            session.query(XComModel)
-            .filter_by(dag_id=dag_id, run_id=run_id, task_id=task_id, key="return_value")
-            .one()
-        )
-        value = row.value
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def test_example_dag_runs_end_to_end(register_dag: Any, tmp_path: Path) -> None:
@@ -68,12 +55,12 @@ def test_example_dag_runs_end_to_end(register_dag: Any, tmp_path: Path) -> None:
     )
     assert str(run.state) == "success"
 
-    ingest = _xcom(dag.dag_id, run.run_id, "ingest")
+    ingest = xcom(dag.dag_id, run.run_id, "ingest")
     assert ingest["rows_written"] == 300 and ingest["table"] == module.TABLE
     assert ingest["source"] == "zerobus_orders/ingest" and ingest["partition"] == f"{run.run_id}/-1"
-    readback = _xcom(dag.dag_id, run.run_id, "readback")
+    readback = xcom(dag.dag_id, run.run_id, "readback")
     assert readback["verified"] is True and readback["duplicate_count"] == 0
-    check = _xcom(dag.dag_id, run.run_id, "check_primary_raw")
+    check = xcom(dag.dag_id, run.run_id, "check_primary_raw")
     assert all(condition["ok"] for condition in check["conditions"])
     assert not any("secret" in json.dumps(v).lower() for v in (ingest, readback, check))
 
@@ -119,6 +106,6 @@ def test_readback_after_an_empty_ingest_succeeds_in_a_dag_run(register_dag: Any,
 
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
     assert states == {"ingest": "success", "readback": "success"}
-    assert _xcom(dag.dag_id, run.run_id, "ingest")["rows_written"] == 0
-    readback_xcom = _xcom(dag.dag_id, run.run_id, "readback")
+    assert xcom(dag.dag_id, run.run_id, "ingest")["rows_written"] == 0
+    readback_xcom = xcom(dag.dag_id, run.run_id, "readback")
     assert readback_xcom["nothing_to_verify"] is True and readback_xcom["rows_written"] == 0

@@ -24,6 +24,7 @@ from airflow_provider.operators.ingest import ZerobusIngestOperator
 from airflow_provider.sensors.readback import ZerobusReadbackSensor
 from airflow_provider.triggers.readback import ZerobusReadbackTrigger
 from airflow_provider.utils.readback import secret_override_paths
+from tests.support.airflow_env import xcom
 from zerobus_orchestration.errors import ConfigError
 
 pytestmark = [
@@ -32,20 +33,6 @@ pytestmark = [
 ]
 
 SECRET = "s3cr3t-never-stored"
-
-
-def _xcom(dag_id: str, run_id: str, task_id: str) -> Any:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        row = (
-            session.query(XComModel)
-            .filter_by(dag_id=dag_id, run_id=run_id, task_id=task_id, key="return_value")
-            .one()
-        )
-        value = row.value
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def test_the_deferred_sensor_verifies_the_ingests_record_in_dag_test(
@@ -73,8 +60,8 @@ def test_the_deferred_sensor_verifies_the_ingests_record_in_dag_test(
 
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
     assert states == {"ingest": "success", "readback": "success"}, states
-    written = _xcom(dag.dag_id, run.run_id, "ingest")
-    verified = _xcom(dag.dag_id, run.run_id, "readback")
+    written = xcom(dag.dag_id, run.run_id, "ingest")
+    verified = xcom(dag.dag_id, run.run_id, "readback")
     assert written["rows_written"] == 70
     assert verified["verified"] is True and verified["rows_scanned"] == 70
     assert verified["expected_from"] == "write_record" and verified["expected_rows"] == 70

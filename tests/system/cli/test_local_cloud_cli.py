@@ -36,21 +36,25 @@ ROWS = 5_000
 SECRET = "local-cloud-test-secret"
 
 
-@pytest.fixture(params=["folder", "s3"])
-def local_cloud(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cloud]:
-    """``zerobus-orch serve --json`` on a fresh warehouse, its client secret set the documented way."""
+@pytest.fixture(scope="module", params=["folder", "s3"])
+def local_cloud(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloud]:
+    """``zerobus-orch serve --json`` on a fresh warehouse, its client secret set the documented way.
+
+    One service for the module's tests, as one workspace serves many jobs: each test writes a table of its
+    own (``TABLE``, ``CRASH_TABLE``), and every host of a test has its own state folder and warehouse."""
+    root = tmp_path_factory.mktemp(f"local_cloud_{request.param}")
     # Throttled per stream, so that a writer killed after its first commit is still mid-write.
     env = clean_env() | {"ZEROBUS_EMULATOR__CLIENT_SECRET": SECRET, "ZEROBUS_EMULATOR__PER_STREAM_MB_S": "4"}
     store: dict[str, str] = {}
     admin: dict[str, str] | None = None
-    warehouse = str(tmp_path / "cloud")
+    warehouse = str(root / "cloud")
     if request.param == "s3":
         lab: S3Lab = request.getfixturevalue("moto_lab")
         warehouse = f"s3://{lab.bucket}/cloud_{uuid.uuid4().hex[:8]}"
         admin = lab.admin_options()
         store = {k: v for k, v in admin.items() if "KEY" not in k}
         env |= {f"ZEROBUS_STORAGE_OPTIONS__{k}": v for k, v in admin.items()}
-        env["ZEROBUS_STATE_DIR"] = str(tmp_path / "cloud_state")
+        env["ZEROBUS_STATE_DIR"] = str(root / "cloud_state")
     with serve(warehouse, env) as info:
         yield Cloud(info, store, admin)
 
@@ -83,7 +87,7 @@ def test_the_production_configuration_runs_unchanged_against_serve(
     # they reach the Delta table with the service's next commit (time to table), so wait for it.
     served = table_uri(str(local_cloud.info["warehouse"]), TABLE)
     deadline = time.monotonic() + 60
-    while _rows_in(local_cloud) < ROWS and time.monotonic() < deadline:
+    while _rows_in(local_cloud, TABLE) < ROWS and time.monotonic() < deadline:
         time.sleep(0.1)
     rows = DeltaTable(served, storage_options=local_cloud.admin).to_pyarrow_table().column("id").to_pylist()
     assert sorted(rows) == list(range(ROWS))
@@ -108,8 +112,11 @@ def test_the_production_configuration_runs_unchanged_against_serve(
     assert report["rows_scanned"] == ROWS
 
 
+# ~73 bytes a row on the wire: 300,000 rows take host B ~5 s at the throttle's 4 MB/s, while host A is
+# killed once the service's first commit (1 s period) shows rows: one or two 21,845-row batches so far.
+CRASH_TABLE = "main.mh.crash_events"
 CRASH_FILES = 4
-CRASH_ROWS_PER_FILE = 150_000
+CRASH_ROWS_PER_FILE = 75_000
 CRASH_ROWS = CRASH_FILES * CRASH_ROWS_PER_FILE
 
 
@@ -126,9 +133,9 @@ def _crash_input(root: Path) -> list[str]:
     return paths
 
 
-def _rows_in(cloud: Cloud) -> int:
+def _rows_in(cloud: Cloud, table: str) -> int:
     try:
-        served = table_uri(str(cloud.info["warehouse"]), TABLE)
+        served = table_uri(str(cloud.info["warehouse"]), table)
         return DeltaTable(served, storage_options=cloud.admin).to_pyarrow_dataset().count_rows()
     except Exception:  # not created yet: ask again
         return 0
@@ -140,13 +147,14 @@ def test_a_writer_killed_on_one_host_resumes_on_another_and_a_third_verifies(
     """Issue 14's acceptance, scaled down: host A is SIGKILLed mid-write, host B (its own empty state dir
     and warehouse) skips what A delivered, host C verifies with nothing local at all."""
     files = _crash_input(tmp_path / "input")
-    ingest = ["ingest", "--table", TABLE, "--source", "mh", "--partition", "p1", *files, "--json"]
+    ingest = ["ingest", "--table", CRASH_TABLE, "--source", "mh", "--partition", "p1", *files, "--json"]
 
     host_a = _host(local_cloud, tmp_path / "host_a")
     writer = subprocess.Popen([CLI, *ingest], env=host_a, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 180
-        while _rows_in(local_cloud) == 0:  # killed once some of its rows are durable in the table
+        # Killed once some of its rows are durable in the table.
+        while _rows_in(local_cloud, CRASH_TABLE) == 0:
             assert writer.poll() is None, (writer.stderr.read() if writer.stderr else b"").decode()[-2000:]
             assert time.monotonic() < deadline, "host A delivered nothing within 180 s"
             time.sleep(0.05)
@@ -163,7 +171,8 @@ def test_a_writer_killed_on_one_host_resumes_on_another_and_a_third_verifies(
     assert list((tmp_path / "host_b" / "warehouse").iterdir()) == []  # B shares nothing local with A
 
     host_c = _host(local_cloud, tmp_path / "host_c")
-    verified = _run(host_c, "readback", "--table", TABLE, "--source", "mh", "--partition", "p1", "--json")
+    readback = ["readback", "--table", CRASH_TABLE, "--source", "mh", "--partition", "p1", "--json"]
+    verified = _run(host_c, *readback)
     assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
     report = json.loads(verified.stdout)
     assert report["status"] == "verified" and report["missing_ranges"] == []
