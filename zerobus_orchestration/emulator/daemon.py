@@ -37,6 +37,7 @@ from zerobus_orchestration.emulator.advert import (
 )
 from zerobus_orchestration.emulator.errors import EmulatorError
 from zerobus_orchestration.emulator.iceberg_rest import TableCredentialSource
+from zerobus_orchestration.emulator.own_process import freeze_startup_heap
 from zerobus_orchestration.emulator.private import private_dir
 from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.emulator.start import start_emulator
@@ -100,6 +101,7 @@ def run_daemon(
     except Exception:
         log.exception("zerobus emulator daemon %d could not start", os.getpid())
         return 1
+    freeze_startup_heap()
     advert = Advertisement(
         pid=os.getpid(),
         endpoint=emulator.endpoint,

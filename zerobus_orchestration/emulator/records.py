@@ -204,7 +204,7 @@ def schema_from_frame(data_header: bytes) -> pa.Schema:
 
 
 def frame_stream(
-    schema: pa.Schema, schema_message: bytes, data_header: bytes, data_body: bytes
+    schema: pa.Schema, schema_message: bytes, data_header: bytes, data_body: bytes | memoryview
 ) -> tuple[pa.RecordBatch, bytes]:
     """A frame's batch and an IPC stream holding exactly it (schema message, the frame, end of stream).
 
@@ -226,6 +226,6 @@ def batch_to_ipc(batch: pa.RecordBatch) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
-def batches_from_ipc(payload: bytes) -> list[pa.RecordBatch]:
+def batches_from_ipc(payload: bytes | memoryview) -> list[pa.RecordBatch]:
     with pa.ipc.open_stream(pa.py_buffer(payload)) as reader:
         return list(reader)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from zerobus_orchestration.config import EmulatorConfig, ZerobusConfig
 from zerobus_orchestration.emulator.faults import FaultSpec, load_faults
+from zerobus_orchestration.emulator.own_process import freeze_startup_heap, keep_freed_memory
 from zerobus_orchestration.emulator.private import WELL_KNOWN_SECRET
 from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.emulator.unity.local_cloud import STATE_FILE_NAME
@@ -97,6 +98,7 @@ def run(
         catalogs=catalogs,
     )
     emulator.start()
+    freeze_startup_heap()
     try:
         info = endpoints(emulator)
         if as_json:
@@ -151,6 +153,7 @@ def main(argv: list[str] | None = None, *, credentials_for: CredentialsFor | Non
         "--enable-faults", action="store_true", help="Let POST /_emulator/faults arm faults (tests only)."
     )
     args = parser.parse_args(argv)
+    keep_freed_memory()  # this process is the emulator's own (own_process.py)
     if args.daemon:
         sys.exit(_run_daemon(args, credentials_for))
     config = _emulator_config(args)

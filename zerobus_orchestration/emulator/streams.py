@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 import pyarrow as pa
 
+from zerobus_orchestration.emulator.flight_frame import FlightFrame, parse_flight_data
 from zerobus_orchestration.emulator.proto import flight_pb2 as _flight_pb2
 from zerobus_orchestration.emulator.proto import zerobus_service_pb2 as _zerobus_service_pb2
 from zerobus_orchestration.emulator.records import (
@@ -147,7 +148,7 @@ def ephemeral_stream(
 
 
 # -- Arrow path -------------------------------------------------------------------------------------
-def _offset_of(frame: Any, fallback: int) -> int:
+def _offset_of(frame: FlightFrame, fallback: int) -> int:
     if not frame.app_metadata:
         return fallback
     try:
@@ -185,15 +186,15 @@ def do_put(services: StreamServices, requests: Iterator[Any], context: grpc.Serv
         return
     frames = 0
 
-    def decode(frame: Any) -> Decoded:
+    def decode(frame: FlightFrame) -> Decoded:
         nonlocal frames
         offset = _offset_of(frame, frames)
         frames += 1
         if not frame.data_header:
             return Decoded(None, offset, 0)
-        body = frame.data_body  # read once: each access to a protobuf bytes field copies it (upb)
-        batch, stream = frame_stream(schema, schema_message, frame.data_header, body)
-        return Decoded(batch, offset, len(body), ipc=stream)
+        # The body is a view of the received message: frame_stream's buffer is its one copy.
+        batch, stream = frame_stream(schema, schema_message, frame.data_header, frame.data_body)
+        return Decoded(batch, offset, len(frame.data_body), ipc=stream)
 
     def ack_json(pending: Pending, rotate_grace_ms: int | None) -> list[Any]:
         body = {"ack_up_to_offset": pending.wire_offset, "ack_up_to_records": pending.cumulative_rows}
@@ -221,7 +222,7 @@ def generic_handlers(services: StreamServices) -> tuple[grpc.GenericRpcHandler, 
         {
             "DoPut": grpc.stream_stream_rpc_method_handler(
                 lambda requests, context: do_put(services, requests, context),
-                request_deserializer=flight_pb2.FlightData.FromString,
+                request_deserializer=parse_flight_data,  # in place, not flight_pb2 (flight_frame.py)
                 response_serializer=flight_pb2.PutResult.SerializeToString,
             )
         },

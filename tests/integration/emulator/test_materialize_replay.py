@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 
 import pyarrow as pa
@@ -41,6 +43,16 @@ def test_commit_records_the_wal_position_in_the_same_delta_commit(warehouse: Pat
     state.wal.close()
 
 
+def test_committed_files_carry_the_delta_statistics_readers_skip_files_by(warehouse: Path) -> None:
+    """Parquet statistics are written per column chunk (not per page): the file stats still come out."""
+    state = TableState.open(TABLE, table_uri(str(warehouse), TABLE), wal_dir(warehouse), None)
+    state.wal.append_durable(batch_to_ipc(rows([5, 2, 9])))
+    state.materialize()
+    state.wal.close()
+    adds = pa.table(DeltaTable(table_uri(str(warehouse), TABLE)).get_add_actions(flatten=True)).to_pydict()
+    assert (adds["min.id"], adds["max.id"], adds["null_count.id"]) == ([2], [9], [0])
+
+
 def test_crash_after_delta_commit_before_wal_release_does_not_duplicate(warehouse: Path) -> None:
     uri = table_uri(str(warehouse), TABLE)
     state = TableState.open(TABLE, uri, wal_dir(warehouse), None)
@@ -75,6 +87,24 @@ def test_restart_replays_acknowledged_rows_exactly_once(warehouse: Path) -> None
     with Emulator(str(warehouse), SLOW_TABLE, iceberg=False) as third:
         assert third.replayed == {TABLE: 0}
     assert sorted(read_table(warehouse).column("id").to_pylist()) == [1, 2]
+
+
+def test_restart_replays_a_wal_an_earlier_version_wrote(warehouse: Path) -> None:
+    """Records in the earlier ``ZBW1`` format (CRC-32), spelled out byte by byte, reach Delta once."""
+    directory = wal_dir(warehouse)
+    directory.mkdir(parents=True)
+    records = b""
+    for seq, ids in ((1, [1, 2]), (2, [3])):
+        payload = batch_to_ipc(rows(ids))
+        records += struct.pack("<4sQII", b"ZBW1", seq, len(payload), zlib.crc32(payload)) + payload
+    (directory / f"{1:020d}.wal").write_bytes(records)
+    with Emulator(str(warehouse), SLOW_TABLE, iceberg=False) as emu:
+        assert emu.replayed == {TABLE: 2}
+        stream = open_arrow(emu, TABLE, SCHEMA)  # and the log goes on, in the current format
+        stream.wait_for_offset(stream.ingest_batch(events([4])))
+        stream.close()
+    assert sorted(read_table(warehouse).column("id").to_pylist()) == [1, 2, 3, 4]
+    assert DeltaTable(table_uri(str(warehouse), TABLE)).transaction_version(WAL_APP_ID) == 3
 
 
 def test_columns_added_by_the_catalog_after_ack_are_filled_with_nulls(warehouse: Path) -> None:

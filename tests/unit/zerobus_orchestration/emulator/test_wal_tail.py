@@ -5,6 +5,7 @@ Real files in a temporary folder; reading from disk is made to fail to show wher
 
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,35 @@ def test_a_reopened_log_reads_its_records_from_disk(tmp_path: Path) -> None:
     reopened = TableWal(tmp_path / "w", committed=0)
     assert [e.payload for e in reopened.read_after(0, 1 << 20)] == [b"before-restart"]
     reopened.close()
+
+
+def test_records_read_back_from_disk_outlive_their_deleted_segment(tmp_path: Path) -> None:
+    """Read-back payloads are views of the mapped segment: committing and deleting it keeps them intact."""
+    directory = tmp_path / "w"
+    wal = TableWal(directory, committed=0, tail_bytes=0, segment_bytes=64)  # nothing kept in memory
+    payloads = [bytes([65 + i]) * 40 for i in range(4)]
+    for p in payloads:
+        wal.append_durable(p)
+        wal.release_through(0)  # rolls the segment once it is large: each record in its own
+    entries = wal.read_after(0, 1 << 20)
+    assert all(isinstance(e.payload, memoryview) for e in entries)  # from disk, not from memory
+    sealed = sorted(directory.glob("*.wal"))[:-1]
+    wal.release_through(4)
+    assert not any(p.exists() for p in sealed)  # the segments they were read from are gone
+    assert [bytes(e.payload) for e in entries] == payloads
+    wal.close()
+
+
+def test_a_read_back_maps_no_more_than_the_records_complete_when_it_began(tmp_path: Path) -> None:
+    directory = tmp_path / "w"
+    wal = TableWal(directory, committed=0, tail_bytes=0)
+    wal.append_durable(b"durable")
+    segment = sorted(directory.glob("*.wal"))[-1]
+    complete = segment.stat().st_size
+    with open(segment, "ab") as fh:  # bytes past the last append (a partial write in progress)
+        fh.write(b"ZBW2" + b"\x00" * 4000)
+    [entry] = wal.read_after(0, 1 << 20)
+    assert isinstance(entry.payload, memoryview) and bytes(entry.payload) == b"durable"
+    mapping = entry.payload.obj
+    assert isinstance(mapping, mmap.mmap) and len(mapping) == complete  # cut at the complete records
+    wal.close()
