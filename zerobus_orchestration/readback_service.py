@@ -39,19 +39,20 @@ from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.coverage import CoverageStore
 from zerobus_orchestration.errors import ConfigError, NothingToVerifyError, ReadbackTimeoutError
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
-from zerobus_orchestration.readback.auth import DatabricksOAuthHeader
 from zerobus_orchestration.readback.coverage_check import MissingRange
-from zerobus_orchestration.readback.endpoint import IcebergEndpoint
-from zerobus_orchestration.readback.judge import outcome_of_error, outcome_of_report, verify_readback_once
-from zerobus_orchestration.readback.rows import read_rows
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
-from zerobus_orchestration.readback.verify import ReadbackReport, verify_readback
-from zerobus_orchestration.readback.visibility import VisibilityProbe, WaitPolicy
 from zerobus_orchestration.tables import TableName
 from zerobus_orchestration.write_modes import source_tag
 
+# The Iceberg side of read-back (pyiceberg's catalog and REST client, ~1 s to import) is imported where
+# it is first used: a process that only writes builds this service too (the runtime's delta_version and
+# coverage_map) and never scans Iceberg.
 if TYPE_CHECKING:
     from zerobus_orchestration.embedded import EmulatorHandle
+    from zerobus_orchestration.readback.auth import DatabricksOAuthHeader
+    from zerobus_orchestration.readback.endpoint import IcebergEndpoint
+    from zerobus_orchestration.readback.verify import ReadbackReport
+    from zerobus_orchestration.readback.visibility import VisibilityProbe, WaitPolicy
 
 CoverageOf = Callable[[str], CoverageStore]
 """A table's full name -> its coverage store."""
@@ -159,6 +160,8 @@ class ReadbackService:
         endpoint (or ``readback.iceberg_rest_uri``) with ``readback.token`` if set, else the service
         principal's OAuth token, refreshed by ``databricks-sdk`` per request.
         """
+        from zerobus_orchestration.readback.endpoint import IcebergEndpoint
+
         emulator = self._emulator()
         # The emulator's Iceberg REST facade requires a credential, like Unity Catalog's. Asked for
         # first: a shared daemon that idled out is replaced then, and its successor's URL read below.
@@ -255,6 +258,9 @@ class ReadbackService:
         ``FAILED``, ``NOTHING_TO_VERIFY``: the caller decides whether no coverage is an empty write or a
         wrong table/source/partition).
         """
+        from zerobus_orchestration.readback.judge import outcome_of_error, verify_readback_once
+        from zerobus_orchestration.readback.visibility import WaitPolicy
+
         try:
             name = TableName.parse(table).full_name
             expected_version = self.delta_version(name)
@@ -296,6 +302,8 @@ class ReadbackService:
         ``raise_errors``: an error that kept the scan from running propagates (the CLI maps its type to
         an exit code) instead of becoming a ``FAILED``/``NOTHING_TO_VERIFY`` outcome.
         """
+        from zerobus_orchestration.readback.judge import outcome_of_error, outcome_of_report
+
         try:
             name = TableName.parse(table).full_name
             expected_version = self.delta_version(name)
@@ -342,6 +350,8 @@ class ReadbackService:
 
     def read_rows(self, table: str, *, source: str | None = None, partition: str | None = None) -> pa.Table:
         """Rows of ``table`` (optionally one source/partition) as Arrow, through Iceberg."""
+        from zerobus_orchestration.readback.rows import read_rows
+
         name = TableName.parse(table).full_name
         endpoint = self.iceberg()
         if source is None:
@@ -373,6 +383,8 @@ class ReadbackService:
             return self._own_emulator
 
     def _service_principal(self) -> DatabricksOAuthHeader:
+        from zerobus_orchestration.readback.auth import DatabricksOAuthHeader
+
         with self._lock:
             if self._oauth is None:
                 assert self.config.client_id is not None and self.config.client_secret is not None
@@ -382,6 +394,8 @@ class ReadbackService:
             return self._oauth
 
     def _policy(self, wait_s: float | None) -> WaitPolicy:
+        from zerobus_orchestration.readback.visibility import WaitPolicy
+
         policy = WaitPolicy.from_config(self.config.readback)
         if wait_s is None:
             return policy
@@ -451,6 +465,24 @@ class ReadbackService:
                 store = CoverageStore.from_config(self.config, table)
                 self._owned[table] = store
             return store
+
+
+def verify_readback(
+    endpoint: IcebergEndpoint,
+    table: str,
+    coverage: dict[CoverageKey, tuple[OffsetRange, ...]],
+    *,
+    probe: VisibilityProbe | None,
+    delta_version: int,
+    policy: WaitPolicy,
+    force: bool,
+) -> ReadbackReport:
+    """``readback.verify.verify_readback``, imported on the first verification (see the imports)."""
+    from zerobus_orchestration.readback.verify import verify_readback as verify
+
+    return verify(
+        endpoint, table, coverage, probe=probe, delta_version=delta_version, policy=policy, force=force
+    )
 
 
 def _with_expected(outcome: ReadbackOutcome, expected: Expected) -> ReadbackOutcome:

@@ -38,9 +38,6 @@ from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.preconditions import Condition, check_primary_raw
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.reachability import require_reachable
-from zerobus_orchestration.readback.endpoint import IcebergEndpoint
-from zerobus_orchestration.readback.status import ReadbackOutcome
-from zerobus_orchestration.readback.verify import ReadbackReport
 from zerobus_orchestration.readback_service import ReadbackService
 from zerobus_orchestration.results import RuntimeHealth as RuntimeHealth
 from zerobus_orchestration.results import WriteResult as WriteResult
@@ -60,8 +57,11 @@ from zerobus_orchestration.write_modes import (
     source_tag,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # read-back's Iceberg side is imported on first use (see ``ReadbackService``)
     from zerobus_orchestration.embedded import EmulatorHandle
+    from zerobus_orchestration.readback.endpoint import IcebergEndpoint
+    from zerobus_orchestration.readback.status import ReadbackOutcome
+    from zerobus_orchestration.readback.verify import ReadbackReport
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from pydantic import SecretStr
 
 from zerobus_orchestration.catalog.base import TableCatalog
@@ -86,6 +85,7 @@ def reader_for(catalog: TableCatalog, config: ZerobusConfig, table: str) -> Tabl
 
 def delivered_offsets(reader: TableReader, *, source: str, partition: str = "") -> pa.Array:
     """Every ``_twg_offset`` of (source, partition) in the table, unsorted, duplicates kept (int64)."""
+    import pyarrow.dataset as ds  # loads pandas (~0.4 s): only a table-truth read pays for it
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError, DeltaProtocolError
 
@@ -114,6 +114,7 @@ def delivered_ranges(reader: TableReader, *, source: str, partition: str = "") -
 
 def source_tag_counts(reader: TableReader, *, prefix: str) -> dict[str, int]:
     """Rows per distinct ``_twg_source`` value in the table that starts with ``prefix``."""
+    import pyarrow.dataset as ds  # loads pandas (~0.4 s): only a table-truth read pays for it
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError, DeltaProtocolError
 

@@ -22,54 +22,28 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Any
-
-from pydantic import SecretStr
 
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.emulator.advert import (
     Advertisement,
-    DaemonPaths,
     StartLock,
     emulator_settings_digest,
     remove_advertisement,
     write_advertisement,
 )
+from zerobus_orchestration.emulator.daemon_handoff import PREFER_PORTS_FLAG as PREFER_PORTS_FLAG
+from zerobus_orchestration.emulator.daemon_handoff import config_for_daemon as config_for_daemon
+from zerobus_orchestration.emulator.daemon_handoff import daemon_paths
 from zerobus_orchestration.emulator.errors import EmulatorError
 from zerobus_orchestration.emulator.iceberg_rest import TableCredentialSource
 from zerobus_orchestration.emulator.own_process import freeze_startup_heap
 from zerobus_orchestration.emulator.private import private_dir
 from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.emulator.start import start_emulator
-from zerobus_orchestration.locations import absolute_state_dir, local_path
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_LOCK_WAIT_S = 10.0  # a starter holds the lock only to check or start; never this long
-PREFER_PORTS_FLAG = "--prefer-ports"  # "GRPC,HTTP": a dead predecessor's ports, tried before free ones
-
-
-def daemon_paths(config: ZerobusConfig) -> DaemonPaths:
-    return DaemonPaths(absolute_state_dir(config))
-
-
-def config_for_daemon(config: ZerobusConfig) -> str:
-    """``config`` as JSON for the daemon's stdin: secrets revealed (never on argv), paths absolute."""
-
-    def reveal(value: Any) -> Any:
-        if isinstance(value, SecretStr):
-            return value.get_secret_value()
-        if isinstance(value, dict):
-            return {k: reveal(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [reveal(v) for v in value]
-        return value
-
-    data = reveal(config.model_dump(mode="python"))
-    if config.local_warehouse:
-        data["warehouse"] = os.path.abspath(local_path(config.warehouse))
-    data["state_dir"] = str(absolute_state_dir(config))
-    return json.dumps(data, default=str)
 
 
 def run_daemon(

@@ -34,7 +34,7 @@ from zerobus_orchestration.emulator.advert import (
     read_advertisement,
     remove_advertisement,
 )
-from zerobus_orchestration.emulator.daemon import PREFER_PORTS_FLAG, config_for_daemon, daemon_paths
+from zerobus_orchestration.emulator.daemon_handoff import PREFER_PORTS_FLAG, config_for_daemon, daemon_paths
 from zerobus_orchestration.emulator.errors import EmulatorDaemonError
 from zerobus_orchestration.emulator.handle import RemoteEmulator
 from zerobus_orchestration.emulator.private import open_private, private_dir, with_warehouse_secret
