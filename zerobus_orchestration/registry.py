@@ -110,6 +110,12 @@ class ProcessRegistry(Generic[T]):
         """
         if self._hooked_pid == os.getpid():
             return
+        # Those early hooks run newest first, and ``concurrent.futures.thread`` registers its own (join
+        # every pool worker) when first imported, which the embedded gRPC server does after this. Import
+        # it now, so that hook is older than ours and runs after it: otherwise a plain script hangs at
+        # exit, joining gRPC workers blocked in streams only our hook would close.
+        import concurrent.futures.thread  # noqa: F401
+
         register_early = getattr(threading, "_register_atexit", None)
         if register_early is not None:
             with contextlib.suppress(RuntimeError):  # the interpreter is already shutting down
