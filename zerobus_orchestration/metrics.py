@@ -1,9 +1,11 @@
 """Prometheus metrics of the sink (names are part of the interface; docs/runbook.md explains each).
 
-Everything here is updated from the ack lanes and the pool supervisor, never from ``push``: the
-ingest path only bumps plain integers. ``zerobus_ack_lane_poisoned_total`` (our stream died) and a
-growing ``zerobus_delivery_latency_seconds`` with a steady poisoned count (the service is slow) are
-deliberately separate signals; docs/runbook.md branches on them.
+Everything here is updated from the ack lanes and the pool supervisor, never from a ``push`` that goes
+straight through: the ingest path only bumps plain integers. The one exception is the byte budget's
+wait counters, bumped by a pusher that is about to block on ``pool.max_inflight_bytes`` anyway.
+``zerobus_ack_lane_poisoned_total`` (our stream died) and a growing ``zerobus_delivery_latency_seconds``
+with a steady poisoned count (the service is slow) are deliberately separate signals; docs/runbook.md
+branches on them.
 
 By default all sinks in a process share one dedicated ``CollectorRegistry`` (never prometheus'
 global one), so importing this package cannot collide with an application's own metrics; tests
@@ -18,6 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # ``lane``: raw or derived (the pool's lane kind), so a derived table's slow acks never read as the raw one's.
 _STREAM_LABELS = ("table", "stream", "lane")
+# Per pool: the byte budget is one per (table, lane), never per stream or per pusher, so these stay bounded.
+_POOL_LABELS = ("table", "lane")
 _COALESCE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -42,6 +46,23 @@ class SinkMetrics:
             "zerobus_inflight_bytes",
             "Bytes submitted and not yet durable (summed per table, bounded by pool.max_inflight_bytes).",
             _STREAM_LABELS,
+            registry=r,
+        )
+        # Bumped by a pusher only once it has to wait on the budget (it is about to block anyway); a push
+        # that fits never touches them. docs/runbook.md#backpressure reads them against a full channel.
+        self.inflight_budget_waits = Counter(
+            "zerobus_inflight_budget_waits",
+            "Pushes that waited for unacknowledged bytes to fall under pool.max_inflight_bytes (the "
+            "per-table byte budget); counted when the wait starts.",
+            _POOL_LABELS,
+            registry=r,
+        )
+        self.inflight_budget_wait_seconds = Counter(
+            "zerobus_inflight_budget_wait_seconds",
+            "Seconds pushers spent waiting on pool.max_inflight_bytes, summed over pushers and added at "
+            "least every second while a wait lasts: a rate near the number of pushers means the budget "
+            "binds throughput.",
+            _POOL_LABELS,
             registry=r,
         )
         self.delivery_latency = Histogram(

@@ -232,7 +232,8 @@ class AckLane:
 
     @property
     def backpressured(self) -> bool:
-        return self._waiting_pushers > 0
+        """A pusher waits on this full channel (``reserve`` counts every caller, waiting or not)."""
+        return self._waiting_pushers > 0 and self._unconfirmed >= self.capacity
 
     @property
     def recoveries(self) -> int:

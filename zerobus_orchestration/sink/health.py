@@ -109,6 +109,20 @@ class PoolHealth:
     Their rows landed, but coverage does not know it: a resumed write sends them again."""
     inflight_bytes: int = 0
     """Bytes submitted and not yet settled, across the pool; push waits at ``pool.max_inflight_bytes``."""
+    inflight_bytes_limit: int = 0
+    """The pool's byte budget, ``pool.max_inflight_bytes`` (per table, whatever the number of streams)."""
+    budget_waiting: int = 0
+    """Pushers waiting right now for in-flight bytes to be acknowledged (the byte budget binds)."""
+    budget_waits: int = 0
+    """Pushes that waited on the byte budget, over the pool's life."""
+    budget_wait_s: float = 0.0
+    """Seconds pushers spent waiting on the byte budget, summed over pushers, over the pool's life."""
+    backpressured: bool = False
+    """A pusher waits right now, on the byte budget or on a full ack channel (see ``backpressure``)."""
+    backpressure: str | None = None
+    """Which point holds pushers now, named by the setting that bounds it: ``"max_inflight_bytes"``,
+    ``"ack_channel_capacity"``, ``"max_inflight_bytes+ack_channel_capacity"`` (several pushers, held at
+    both), or None. docs/runbook.md#backpressure says what to do for each."""
 
     @property
     def healthy(self) -> bool:
@@ -119,6 +133,17 @@ class PoolHealth:
         data["streams"] = [asdict(s) for s in self.streams]
         data["healthy"] = self.healthy
         return data
+
+
+@dataclass(frozen=True)
+class BudgetFigures:
+    """What the pool's byte budget (``byte_budget.ByteBudget``) reports, read without its lock."""
+
+    in_flight: int = 0
+    limit: int = 0
+    waiting: int = 0
+    waits: int = 0
+    wait_s: float = 0.0
 
 
 def stream_health(member: Member, now: float) -> StreamHealth:
@@ -157,10 +182,19 @@ def pool_health(
     last_supervisor_error: str | None,
     closed: bool,
     now: float,
-    inflight_bytes: int = 0,
+    budget: BudgetFigures | None = None,
 ) -> PoolHealth:
     """A pool's snapshot from its members and the pool-wide counters (``StreamPool.health``)."""
     streams = tuple(stream_health(m, now) for m in members)
+    budget = budget if budget is not None else BudgetFigures()
+    points = [
+        name
+        for name, held in (
+            ("max_inflight_bytes", budget.waiting > 0),
+            ("ack_channel_capacity", any(s.backpressured for s in streams)),
+        )
+        if held
+    ]
     return PoolHealth(
         table=table,
         lane=lane,
@@ -189,5 +223,11 @@ def pool_health(
         supervisor_errors=supervisor_errors,
         last_supervisor_error=last_supervisor_error,
         confirm_errors=sum(m.confirm_errors for m in members),
-        inflight_bytes=inflight_bytes,
+        inflight_bytes=budget.in_flight,
+        inflight_bytes_limit=budget.limit,
+        budget_waiting=budget.waiting,
+        budget_waits=budget.waits,
+        budget_wait_s=budget.wait_s,
+        backpressured=bool(points),
+        backpressure="+".join(points) or None,
     )

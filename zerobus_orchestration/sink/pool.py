@@ -45,7 +45,7 @@ from zerobus_orchestration.sink.errors import (
     LaneUnavailable,
     PoolUnavailableError,
 )
-from zerobus_orchestration.sink.health import PoolHealth, SampleReservoir, pool_health
+from zerobus_orchestration.sink.health import BudgetFigures, PoolHealth, SampleReservoir, pool_health
 from zerobus_orchestration.sink.member import Member, MemberState
 from zerobus_orchestration.sink.submit_retry import SubmitRetry
 from zerobus_orchestration.sink.supervisor import Supervisor
@@ -106,7 +106,13 @@ class StreamPool:
         self._coalesce = SampleReservoir()
         self._latency = SampleReservoir()
         self._supervisor = Supervisor(self, seed=seed)  # its thread starts at the first ``ensure_open``
-        self._budget = ByteBudget(self.config.max_inflight_bytes, table=table)
+        budget_labels = {"table": table, "lane": str(lane)}
+        self._budget = ByteBudget(
+            self.config.max_inflight_bytes,
+            table=table,
+            waits_counter=self.metrics.inflight_budget_waits.labels(**budget_labels),
+            wait_seconds_counter=self.metrics.inflight_budget_wait_seconds.labels(**budget_labels),
+        )
 
     @property
     def inflight_bytes(self) -> int:
@@ -225,7 +231,8 @@ class StreamPool:
     ) -> Submitted:
         """Submit ``batch`` on a healthy member without waiting for durability.
 
-        Waits only while the ack channels are full (backpressure; keyed: the key's member's) or, bounded by
+        Waits while the pool's byte budget (``max_inflight_bytes``) is spent or the ack channels are full
+        (backpressure; keyed: the key's member's; ``health().backpressure`` says which), or, bounded by
         ``healthy_member_wait_s``, while no member is healthy. A submit that poisons its stream is
         retried on a rebuilt stream a few times, backed off; see ``SubmitRetry``.
         ``nbytes``: the batch's size if the caller already knows it (saves recomputing it).
@@ -528,7 +535,7 @@ class StreamPool:
     # -- health -------------------------------------------------------------------------------------
 
     def health(self) -> PoolHealth:
-        supervisor = self._supervisor
+        supervisor, budget = self._supervisor, self._budget
         return pool_health(
             table=self.table,
             lane=str(self.lane_kind),
@@ -542,5 +549,11 @@ class StreamPool:
             last_supervisor_error=supervisor.last_error,
             closed=self._closed,
             now=time.monotonic(),
-            inflight_bytes=self._budget.in_flight,
+            budget=BudgetFigures(
+                in_flight=budget.in_flight,
+                limit=budget.limit,
+                waiting=budget.waiting,
+                waits=budget.waits,
+                wait_s=budget.wait_s,
+            ),
         )
