@@ -34,6 +34,7 @@ from zerobus_orchestration.sink.errors import ConfirmationLaneError, DeliveryFai
 from zerobus_orchestration.sink.health import PoolHealth
 from zerobus_orchestration.sink.pool import StreamPool, Submitted
 from zerobus_orchestration.sink.schema_gate import SchemaGate
+from zerobus_orchestration.sink.slicing import cuts
 from zerobus_orchestration.sink.stamping import (
     Stamper,
     check_input,
@@ -404,7 +405,8 @@ class ZerobusSink:
     def _checked(
         self, pieces: Iterable[tuple[pa.RecordBatch, int | None]], in_memory: bool
     ) -> Iterator[_Piece]:
-        """Each piece, checked by ``check_input`` and sliced to ``max_batch_rows`` and ``max_batch_bytes``.
+        """Each piece, checked by ``check_input`` and cut to ``max_batch_rows`` and ``max_batch_bytes``
+        as sent (stamped; ``sink/slicing.py``: uneven rows too, a row too large for any call refused).
 
         Each slice keeps its rows' positions, so each is stamped, submitted and recorded in coverage
         (with its digest) as its own range, as if the caller had sent it alone. Slices of in-memory
@@ -422,12 +424,24 @@ class ZerobusSink:
             if not in_memory:
                 check_input(self.table, batch, self.offset_column)
             nbytes = batch.nbytes  # walks every buffer: measured once per input batch
-            rows = self._slice_rows(batch, nbytes)
-            if rows >= batch.num_rows:
+            # All of this batch's cuts before any is sent: a row refused there leaves none of it sent.
+            sliced = list(
+                cuts(
+                    batch,
+                    nbytes,
+                    limit=self.pool.config.max_batch_bytes,
+                    per_row=self._stamper.bytes_per_row,
+                    max_rows=self.max_batch_rows,
+                    table=self.table,
+                    position=self._next_offset if at is None and self.offset_column is None else at,
+                )
+            )
+            if len(sliced) == 1:
                 yield batch, at, nbytes
             else:
-                for start in range(0, batch.num_rows, rows):
-                    piece = batch.slice(start, rows)
+                for cut in sliced:
+                    piece = batch.slice(cut.start, cut.length)
+                    nbytes_of_piece = cut.nbytes
                     if not in_memory:
                         # A zero-copy slice pins its whole parent until the slice is acknowledged, so
                         # the in-flight slices of a few large streamed batches would hold several
@@ -437,23 +451,12 @@ class ZerobusSink:
                         # system allocator: Arrow's default pool (mimalloc) keeps freed blocks
                         # resident, which measured ~80 MB more peak RSS with 100 MB batches.
                         piece = pa.concat_batches([piece], memory_pool=pa.system_memory_pool())
-                    yield piece, None if at is None else at + start, None
+                        nbytes_of_piece = None  # a compact copy: its own size, measured if needed
+                    yield piece, None if at is None else at + cut.start, nbytes_of_piece
                 del piece
             # Let go of this batch before the reader builds the next: otherwise two input batches
             # are alive at once, which is what bounds client memory for large batches.
             del batch
-
-    def _slice_rows(self, batch: pa.RecordBatch, nbytes: int) -> int:
-        """Rows per slice of ``batch`` (``nbytes``): ``max_batch_rows``, fewer if over ``max_batch_bytes``.
-
-        Large batches are sliced so no single submit holds more than the SDK takes in one call and the
-        pool's byte budget is given back in small steps (a big batch is not pinned until it all acks).
-        """
-        rows = batch.num_rows if self.max_batch_rows is None else self.max_batch_rows
-        limit = self.pool.config.max_batch_bytes
-        if nbytes > limit and batch.num_rows > 1:
-            rows = min(rows, max(1, batch.num_rows * limit // nbytes))
-        return rows
 
     def _prepare(
         self, batch: pa.RecordBatch, at: int | None = None, payload_nbytes: int | None = None

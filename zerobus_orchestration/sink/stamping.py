@@ -115,6 +115,11 @@ class Stamper:
         self._last_sources: pa.Array | None = None
         self._ramp: pa.Array | None = None  # 0, 1, ..., n - 1 for the last batch length n
 
+    @property
+    def bytes_per_row(self) -> int:
+        """What stamping adds to each row: two int64/timestamp values, the tag and its int32 offset."""
+        return 8 + 8 + 4 + len(self._source_bytes)
+
     def stamp(
         self, batch: pa.RecordBatch, span: OffsetRange, emit_ts: dt.datetime, declared: pa.Array | None
     ) -> pa.RecordBatch:

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from zerobus_orchestration.config import MAX_CALL_BYTES
 from zerobus_orchestration.errors import (
     ConfigError,
     TableNameError,
@@ -24,6 +25,7 @@ from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.reserved import OFFSET
 from zerobus_orchestration.runtime import ZerobusRuntime
 from zerobus_orchestration.sink.errors import PartialSendError
+from zerobus_orchestration.sink.slicing import ROW_TOO_LARGE
 from zerobus_orchestration.tables import table_uri
 
 TABLE = "main.raw.orders"
@@ -187,3 +189,22 @@ def test_a_table_without_columns_is_refused(runtime: ZerobusRuntime) -> None:
         runtime.write(TABLE, no_columns, source="orders")
     assert TABLE in str(failure.value)
     assert not DeltaTable.is_deltatable(table_uri(runtime.config.warehouse, TABLE))
+
+
+# -- a row no Zerobus call can carry --------------------------------------------------------------------
+
+
+def test_a_row_too_large_for_one_call_fails_at_once_instead_of_retrying_forever(
+    runtime: ZerobusRuntime,
+) -> None:
+    """Sent, such a row exceeds the service's message limit, and the SDK retries RESOURCE_EXHAUSTED
+    forever (the write hung silently). It is refused before anything of the input is sent."""
+    docs = pa.array(["small"] * 10 + ["x" * MAX_CALL_BYTES])
+    data = pa.table({"id": pa.array(range(11), pa.int64()), "doc": docs})
+    with pytest.raises(WriteBoundaryError) as failure:
+        runtime.write(TABLE, data, source="docs")
+    assert (failure.value.column, failure.value.kind) == ("doc", ROW_TOO_LARGE)
+    assert TABLE in str(failure.value) and "row position 10" in str(failure.value)
+    runtime.flush()
+    assert runtime.covered(TABLE, source="docs") == ()
+    assert streams_opened(runtime) == 0  # nothing was submitted
