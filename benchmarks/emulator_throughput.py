@@ -17,6 +17,13 @@ this process (``time.process_time``: every thread, the SDK's native ones include
   interleaved order (bare, sink, bare, sink, ...) into the same table; ratios are taken per pair and
   reported as median with min and max.
 
+Bytes counted (MB = 10^6 bytes, GB = 10^9; every ``mb_per_s`` and ``cpu_s_per_gb`` uses its phase's):
+
+* ``arrow``: the payload's Arrow bytes (``RecordBatch.nbytes``), no reserved columns;
+* ``json``: the JSON text sent (UTF-8 characters of the records);
+* ``bare`` and ``sink``: the *stamped* Arrow bytes, payload plus the three ``_twg_*`` columns
+  (``stamped_bytes`` per run), so their MB/s are not comparable with ``arrow_mb_per_s``.
+
 Client and emulator share the machine's cores, so the figures compare paths with one another; they are
 not Zerobus service figures. Acknowledgements are durable (fsync'd WAL); Delta materialisation is off
 while timing, and the emulator commits everything on SIGTERM, after which the row counts are verified.
@@ -123,7 +130,7 @@ class Spread:
 
 @dataclass(frozen=True)
 class PathFigures:
-    """One path's figures over the repetitions."""
+    """One path's figures over the repetitions; ``mb_per_s`` and ``cpu_s_per_gb`` count stamped bytes."""
 
     rows_per_s: Spread
     mb_per_s: Spread
@@ -145,11 +152,11 @@ class Result:
     cpus: int
     repetitions: int
     emulator: str  # where the emulator ran: "own process"
-    stamped_bytes: int  # Arrow bytes the bare loop and the sink each send per repetition
+    stamped_bytes: int  # Arrow bytes the bare loop and the sink each send per repetition (payload + _twg_*)
     arrow_rows_per_s: float
-    arrow_mb_per_s: float
+    arrow_mb_per_s: float  # payload Arrow bytes only (no reserved columns): not comparable with bare/sink
     json_rows_per_s: float | None
-    json_mb_per_s: float | None
+    json_mb_per_s: float | None  # JSON text bytes
     json_ingest_rows_per_s: float | None
     json_encode_s: float | None
     arrow_over_json: float | None
@@ -481,25 +488,35 @@ def run(settings: Settings, warehouse: str, log: IO[bytes]) -> tuple[Result, lis
     return result, [arrow, *(json_phases[:2] if json_phases else ()), *bares, *sinks]
 
 
+def bytes_counted(phase: Phase) -> str:
+    """What a phase's MB/s counts: the Arrow path sends the payload, the JSON path text, the rest stamped."""
+    if phase.name.startswith("arrow"):
+        return "payload Arrow bytes"
+    if phase.name.startswith("json"):
+        return "JSON text bytes"
+    return "stamped Arrow bytes (payload + _twg_*)"
+
+
 def render(result: Result, phases: list[Phase]) -> str:
     lines = [
         f"{result.rows:,} rows in batches of {result.batch_rows:,}, {result.cpus} CPU(s), emulator in its "
         f"own process, bare/sink x{result.repetitions} interleaved, {result.stamped_bytes / MB:.1f} MB "
         "stamped per bare/sink run",
         "",
-        f"{'phase':<30}{'seconds':>9}{'rows/s':>14}{'MB/s':>9}{'client CPU s/GB':>17}",
+        f"{'phase':<30}{'seconds':>9}{'rows/s':>14}{'MB/s':>9}{'client CPU s/GB':>17}  bytes counted",
     ]
     for phase in phases:
         lines.append(
             f"{phase.name:<30}{phase.seconds:>9.2f}{phase.rows_per_s:>14,.0f}{phase.mb_per_s:>9.1f}"
-            f"{phase.cpu_s_per_gb:>17.2f}"
+            f"{phase.cpu_s_per_gb:>17.2f}  {bytes_counted(phase)}"
         )
+    lines.append("MB = 10^6 bytes; MB/s and CPU s/GB count the bytes named in the last column.")
     lines.append("")
     for name, fig in (("bare", result.bare), ("sink", result.sink)):
         lines.append(
-            f"{name} median: {fig.rows_per_s.median:,.0f} rows/s, {fig.mb_per_s.median:.1f} MB/s "
+            f"{name} median: {fig.rows_per_s.median:,.0f} rows/s, {fig.mb_per_s.median:.1f} MB/s stamped "
             f"(min {fig.mb_per_s.min:.1f}, max {fig.mb_per_s.max:.1f}), "
-            f"{fig.cpu_s_per_gb.median:.2f} client CPU s/GB"
+            f"{fig.cpu_s_per_gb.median:.2f} client CPU s per stamped GB"
         )
     lines += [
         f"Arrow over JSON (JSON incl. {result.json_encode_s:.2f}s client encoding): "

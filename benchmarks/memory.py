@@ -1,9 +1,16 @@
 """Client peak memory while ``ZerobusRuntime.write`` streams a generated ``RecordBatchReader``.
 
+Units: every figure this script prints is in MB = 10^6 bytes (``peak_rss_mb``, ``baseline_rss_mb``,
+``peak_arrow_mb``, ``input_mb``, ``rss_over_time``, ``--batch-mb``, ``--inflight-mb``, ``--max-batch-mb``
+and the ``--breakdown`` figures); ``peak_rss_mib`` gives the peak in MiB = 2^20 bytes beside it, the unit
+the unit of ``ru_maxrss`` and of the pool's byte settings' defaults (the flags' help gives both).
+
 The reader yields fresh batches of about ``--batch-mb`` MB each (an ``id``, a float and an ~80-character
 string column) until ``--gb`` GB were produced; nothing is kept by the generator, so whatever the client
 holds beyond one batch is the sink's in-flight data. The embedded emulator runs in daemon mode: its own
-process, so this process's peak RSS (``getrusage``, ``ru_maxrss``) is the client's alone.
+process, so this process's peak RSS (``getrusage``, ``ru_maxrss``) is the client's alone. (The Python
+API's default, ``emulator.mode = "in_process"``, runs the emulator inside the client: its WAL tail and
+materialiser buffers then count in the same RSS, so the figures here do not hold for that mode.)
 
 In-flight data is bounded by ``pool.max_inflight_bytes`` (unacknowledged bytes per table) and batches
 over ``pool.max_batch_bytes`` are sliced before submit; ``--inflight-mb`` / ``--max-batch-mb`` override
@@ -12,6 +19,7 @@ them (left unset: the defaults).
     python benchmarks/memory.py --json                       # 5 GB in ~100 MB batches
     python benchmarks/memory.py --gb 0.5 --batch-mb 100 --json
     python benchmarks/memory.py --gb 1 --breakdown           # where RSS is at its peak (to stderr)
+    python benchmarks/memory.py --smoke --json               # tiny run (CI): checks it works, not figures
 
 ``--breakdown`` tells what the peak is made of, which ``tracemalloc`` cannot (Arrow, the SDK's Rust
 core and glibc's heap are invisible to it): anonymous and file-backed RSS, Arrow's own allocations, and
@@ -47,6 +55,7 @@ TABLE = "main.bench.memory"
 TEXT_PREFIX = "x" * 72
 MB = 1_000_000
 MIB = 1024 * 1024
+SMOKE = {"gb": 0.005, "batch_mb": 1.0}  # five ~1 MB batches: the whole path, in seconds
 
 
 @dataclass(frozen=True)
@@ -57,9 +66,10 @@ class Result:
     rows: int
     input_mb: float
     seconds: float
-    peak_rss_mb: float
-    baseline_rss_mb: float
-    peak_arrow_mb: float  # Arrow's own allocations (sampled): what RSS holds beyond it is allocator cache
+    peak_rss_mb: float  # this process's peak RSS (ru_maxrss), MB = 10^6 bytes: the issue's < 512 target
+    peak_rss_mib: float  # the same peak in MiB = 2^20 bytes
+    baseline_rss_mb: float  # peak RSS before the write (the imports), MB
+    peak_arrow_mb: float  # Arrow's own allocations (sampled), MB: what RSS holds beyond it is allocator cache
     rss_over_time: list[list[float]]  # [seconds since the write started, RSS MB, Arrow MB], sampled
     max_inflight_bytes: int | None
     max_batch_bytes: int | None
@@ -67,8 +77,8 @@ class Result:
     machine: str
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 def current_rss_mb() -> float:
@@ -103,23 +113,23 @@ def _glibc() -> Any:
 
 
 def breakdown() -> dict[str, float]:
-    """RSS by kind (``/proc/self/status``), Arrow's allocations and glibc's heap, now, in MiB (the unit
-    of ``peak_rss_mb``, from ``ru_maxrss``)."""
-    parts: dict[str, float] = {"arrow": pa.total_allocated_bytes() / MIB}
+    """RSS by kind (``/proc/self/status``), Arrow's allocations and glibc's heap, now, in MB (10^6 bytes,
+    the unit of every figure here)."""
+    parts: dict[str, float] = {"arrow": pa.total_allocated_bytes() / MB}
     try:
         with open("/proc/self/status") as fh:
             for line in fh:
                 key, _, value = line.partition(":")
                 if key in ("VmRSS", "RssAnon", "RssFile"):
-                    parts[key] = int(value.split()[0]) / 1024  # kB
+                    parts[key] = int(value.split()[0]) * 1024 / MB  # "kB" there means KiB
     except OSError:
         pass
     libc = _glibc()
     if libc is not None:
         info = libc.mallinfo2()
-        parts["glibc_heap_in_use"] = info.uordblks / MIB
-        parts["glibc_heap_free_kept"] = info.fordblks / MIB
-        parts["glibc_mmapped"] = info.hblkhd / MIB
+        parts["glibc_heap_in_use"] = info.uordblks / MB
+        parts["glibc_heap_free_kept"] = info.fordblks / MB
+        parts["glibc_mmapped"] = info.hblkhd / MB
     return {key: round(value, 1) for key, value in parts.items()}
 
 
@@ -149,7 +159,7 @@ class ArrowPeak:
                 next_point = now + self.SERIES_EVERY_S
                 rss = current_rss_mb()
                 self.series.append([round(now - started, 2), round(rss, 1), round(allocated / MB, 1)])
-                if self.breakdown and rss * MB / MIB > self.at_peak.get("VmRSS", 0.0):
+                if self.breakdown and rss > self.at_peak.get("VmRSS", 0.0):
                     self.at_peak = breakdown()
 
     def __enter__(self) -> ArrowPeak:
@@ -210,7 +220,7 @@ def run(
         )
         runtime = ZerobusRuntime(config)
         try:
-            baseline = peak_rss_mb()
+            baseline = peak_rss_bytes()
             produced = [0, 0, 0]
             sample = batch(0, 10_000)
             batch_rows = max(1, math.ceil(batch_mb * MB / (sample.nbytes / sample.num_rows)))
@@ -219,12 +229,13 @@ def run(
                 result = runtime.write(TABLE, reader(int(gb * 1e9), batch_rows, produced), source="memory")
             seconds = time.monotonic() - started
             if show_breakdown:
-                print(f"at the highest RSS sample (MiB): {json.dumps(arrow.at_peak)}", file=sys.stderr)
+                print(f"at the highest RSS sample (MB): {json.dumps(arrow.at_peak)}", file=sys.stderr)
             if result.rows_written != produced[1]:
                 raise SystemExit(f"wrote {result.rows_written} rows of {produced[1]}")
             pool = runtime.config.pool
         finally:
             runtime.close()
+    peak = peak_rss_bytes()
     return Result(
         gb=gb,
         batch_mb=batch_mb,
@@ -232,8 +243,9 @@ def run(
         rows=produced[1],
         input_mb=round(produced[2] / MB, 1),
         seconds=round(seconds, 2),
-        peak_rss_mb=round(peak_rss_mb(), 1),
-        baseline_rss_mb=round(baseline, 1),
+        peak_rss_mb=round(peak / MB, 1),
+        peak_rss_mib=round(peak / MIB, 1),
+        baseline_rss_mb=round(baseline / MB, 1),
         peak_arrow_mb=round(arrow.peak / MB, 1),
         rss_over_time=thin(arrow.series, 300),
         max_inflight_bytes=getattr(pool, "max_inflight_bytes", None),
@@ -252,22 +264,49 @@ def thin(series: list[list[float]], points: int) -> list[list[float]]:
     return [series[i] for i in sorted(keep)]
 
 
+def _mib_and_mb(size: int) -> str:
+    """A byte setting as the config quotes it (MiB) and in this script's unit (MB)."""
+    return f"{size / MIB:g} MiB = {size / MB:.1f} MB"
+
+
 def main(argv: list[str] | None = None) -> int:
+    defaults = PoolConfig()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--gb", type=float, default=5.0, help="GB the reader produces (default 5)")
-    parser.add_argument("--batch-mb", type=float, default=100.0, help="MB per input batch (default 100)")
-    parser.add_argument("--inflight-mb", type=float, default=None, help="pool.max_inflight_bytes in MB")
-    parser.add_argument("--max-batch-mb", type=float, default=None, help="pool.max_batch_bytes in MB")
+    parser.add_argument(
+        "--gb", type=float, default=5.0, help="GB (10^9 bytes) the reader produces (default 5)"
+    )
+    parser.add_argument(
+        "--batch-mb", type=float, default=100.0, help="MB (10^6 bytes) per input batch (default 100)"
+    )
+    parser.add_argument(
+        "--inflight-mb",
+        type=float,
+        default=None,
+        help=f"pool.max_inflight_bytes in MB (10^6 bytes; default "
+        f"{_mib_and_mb(defaults.max_inflight_bytes)})",
+    )
+    parser.add_argument(
+        "--max-batch-mb",
+        type=float,
+        default=None,
+        help=f"pool.max_batch_bytes in MB (10^6 bytes; default {_mib_and_mb(defaults.max_batch_bytes)})",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"tiny run (CI: checks it works, not figures): {SMOKE}"
+    )
     parser.add_argument(
         "--breakdown", action="store_true", help="print what RSS is made of at its peak (stderr)"
     )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.gb, args.batch_mb = SMOKE["gb"], SMOKE["batch_mb"]
     logging.basicConfig(level=logging.WARNING)
     result = run(args.gb, args.batch_mb, args.inflight_mb, args.max_batch_mb, show_breakdown=args.breakdown)
     if args.json:
         print(json.dumps(asdict(result)))
     else:
+        print("MB = 10^6 bytes, MiB = 2^20 bytes")
         for name, value in asdict(result).items():
             print(f"{name:>20}: {value}")
     return 0

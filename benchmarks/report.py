@@ -4,6 +4,12 @@ Each benchmark runs as its own process with ``--json``; the JSON is kept next to
 (``docs/performance/*.json``) so the page can be re-rendered without re-running (``--render-only``).
 Figures are plain SVG written here (no plotting library needed); each states the transport it ran on
 (the in-memory fake or the official SDK against the emulator in its own process) and the machine.
+MB = 10^6 bytes throughout. Throughput counts *stamped* Arrow bytes (the payload plus the three reserved
+``_twg_*`` columns the sink adds) unless a figure says otherwise.
+
+Prose figures that no benchmark's JSON carries (CPU per GB of the emulator's parts, runs under load)
+live in ``HAND_MEASURED`` with where each comes from; the page marks them as measured by hand, and one
+not yet re-measured renders as a visible placeholder.
 
     python benchmarks/report.py                 # small sizes: a few minutes on 2 cores
     python benchmarks/report.py --full          # the issue's sizes (5 GB memory run; much longer)
@@ -18,12 +24,16 @@ import html
 import json
 import os
 import platform
+import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from zerobus_orchestration.config import PoolConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -32,6 +42,11 @@ OUT = DOCS / "performance"
 PAGE = DOCS / "performance.md"
 FAKE = "in-memory fake transport (simulated ack latency)"
 SDK = "official SDK + local emulator in its own process"
+MB = 1_000_000
+MIB = 1024 * 1024
+STAMPED = "MB/s of stamped Arrow bytes"  # payload + _twg_emit_ts, _twg_source, _twg_offset; MB = 10^6 B
+TARGET_RSS_MB = 512  # issue 15: memory.py's peak_rss_mb (MB = 10^6 bytes) under this, any batch size
+SCALING_DEFAULT_MB = 256.0  # scaling.py's --mb default (payload MB per table)
 
 SMALL: dict[str, list[str]] = {
     "pipelining": ["--warmup", "0.5", "--window", "2"],
@@ -48,6 +63,10 @@ FULL: dict[str, list[str]] = {
     "memory_100": ["--gb", "5", "--batch-mb", "100"],
     "memory_10": ["--gb", "5", "--batch-mb", "10"],
     "scaling_no_iceberg": ["--mb", "256", "--configs", "1x1,4x1", "--emulator-arg=--no-iceberg"],
+}
+REPORT_COMMAND = {
+    "full": "make bench-report BENCH_REPORT_ARGS=--full",  # python benchmarks/report.py --full
+    "small": "make bench-report",  # python benchmarks/report.py
 }
 SCRIPT = {
     "pipelining": "pipelining.py",
@@ -92,8 +111,21 @@ def run_benchmarks(sizes: dict[str, list[str]], only: Sequence[str]) -> None:
             sys.stderr.write(done.stderr[-4000:])
             raise SystemExit(f"{SCRIPT[name]} exited {done.returncode}")
         payload = json.loads(done.stdout)
-        payload["_command"] = f"python benchmarks/{SCRIPT[name]} --json {' '.join(args)}".strip()
+        payload["_command"] = command_for(name, args)
+        payload["_ran_at"] = f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC"
         (OUT / f"{name}.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def command_for(name: str, args: list[str]) -> str:
+    return f"python benchmarks/{SCRIPT[name]} --json {' '.join(args)}".strip()
+
+
+def sizes_of(data: dict[str, dict[str, Any]]) -> str | None:
+    """``"full"`` or ``"small"`` if every benchmark's recorded command is that size's, else None."""
+    for label, sizes in (("full", FULL), ("small", SMALL)):
+        if all(d.get("_command") == command_for(name, sizes[name]) for name, d in data.items()):
+            return label
+    return None
 
 
 def load(name: str) -> dict[str, Any] | None:
@@ -206,6 +238,33 @@ def write_figure(name: str, svg: str) -> str:
 # -- the page ----------------------------------------------------------------------------------------
 
 
+def flag_value(command: str | None, flag: str) -> float | None:
+    """A numeric flag's value in a recorded benchmark command (``--mb 256``), None if absent."""
+    words = shlex.split(command or "")
+    for i, word in enumerate(words):
+        if word == flag and i + 1 < len(words):
+            return float(words[i + 1])
+        if word.startswith(flag + "="):
+            return float(word.split("=", 1)[1])
+    return None
+
+
+def payload_note(data: dict[str, Any]) -> str:
+    """What ``mb_per_table`` (stamped) is in payload terms: ``scaling.py --mb`` is payload MB per table."""
+    payload = flag_value(data.get("_command"), "--mb") or SCALING_DEFAULT_MB
+    stamped = data["mb_per_table"]
+    extra = stamped / payload - 1
+    return " ".join(
+        [
+            f"{stamped:g} MB per table and configuration, as sent: the command's `--mb {payload:g}` is",
+            f"the payload (about {payload:g} MB of `id`, `device`, `reading`, `at`: narrow rows), and the",
+            "sink adds the three reserved columns (`_twg_emit_ts`, `_twg_source`, `_twg_offset`),",
+            f"{extra:.0%} more bytes on rows this narrow. Every MB/s below counts those stamped bytes;",
+            f"payload MB/s is {payload / stamped:.2f} times the figure.",
+        ]
+    )
+
+
 def scaling_section(data: dict[str, Any], where: str) -> list[str]:
     rows = data["results"]
     labels = [f"{r['streams']} x {r['tables']}" for r in rows]
@@ -215,7 +274,7 @@ def scaling_section(data: dict[str, Any], where: str) -> list[str]:
         bar_chart(
             "Aggregate MB/s into the emulator (streams per table x tables)",
             caption,
-            "MB/s (stamped Arrow bytes)",
+            STAMPED,
             labels,
             [
                 ("durable (acknowledged)", [r["mb_per_s_durable"] for r in rows]),
@@ -236,11 +295,13 @@ def scaling_section(data: dict[str, Any], where: str) -> list[str]:
     lines = [
         "## Throughput vs streams, and two tables at once",
         "",
-        f"Transport: **{SDK}**; emulator settings: {data['emulator']}. {data['mb_per_table']} MB per "
-        f"table and configuration, batches of {data['batch_rows']:,} rows; one pushing thread per table.",
+        f"Transport: **{SDK}**; emulator settings: {data['emulator']}. Batches of "
+        f"{data['batch_rows']:,} rows; one pushing thread per table.",
         f"Command: `{data.get('_command', 'python benchmarks/scaling.py --json')}`.",
         "",
-        "| streams per table | tables | MB/s durable | MB/s visible | p50 ack s | p99 ack s |",
+        payload_note(data),
+        "",
+        f"| streams per table | tables | durable, {STAMPED} | visible, {STAMPED} | p50 ack s | p99 ack s |",
         "|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -259,7 +320,7 @@ def throughput_section(data: dict[str, Any], where: str) -> list[str]:
         bar_chart(
             "Sink vs bare SDK loop, same stamped bytes (median of interleaved pairs)",
             f"{SDK}; {where}",
-            "MB/s",
+            STAMPED,
             ["bare SDK loop", "sink"],
             [("MB/s (median)", [bare["mb_per_s"]["median"], sink["mb_per_s"]["median"]])],
         ),
@@ -269,11 +330,12 @@ def throughput_section(data: dict[str, Any], where: str) -> list[str]:
         "## The sink's own cost: sink vs a bare SDK loop, like for like",
         "",
         f"Transport: **{SDK}**. {data['rows']:,} rows in batches of {data['batch_rows']:,}, "
-        f"{data['repetitions']} interleaved bare/sink pairs, {data['stamped_bytes'] / 1e6:.1f} MB stamped "
-        "per run (the bare loop sends the sink's own stamped batches).",
+        f"{data['repetitions']} interleaved bare/sink pairs, {data['stamped_bytes'] / MB:.1f} MB stamped "
+        "per run (the bare loop sends the sink's own stamped batches). MB/s and CPU per GB count those "
+        "stamped bytes (payload plus the three `_twg_*` columns).",
         f"Command: `{data.get('_command', 'python benchmarks/emulator_throughput.py --json')}`.",
         "",
-        "| path | rows/s (median) | MB/s (median, min-max) | client CPU s per GB |",
+        f"| path | rows/s (median) | {STAMPED} (median, min-max) | client CPU s per stamped GB |",
         "|---|---:|---:|---:|",
         f"| bare SDK loop | {bare['rows_per_s']['median']:,.0f} | {bare['mb_per_s']['median']:.1f} "
         f"({bare['mb_per_s']['min']:.1f}-{bare['mb_per_s']['max']:.1f}) | "
@@ -286,11 +348,25 @@ def throughput_section(data: dict[str, Any], where: str) -> list[str]:
         f"{data['sink_over_bare_max']:.2f}); client CPU per GB sink over bare: "
         f"**{data['client_cpu_per_gb_sink_over_bare']:.2f}**; Arrow over JSON: "
         + (f"{arrow_json:.1f}x" if arrow_json is not None else "not run (`--no-json`)")
-        + f"; rows verified in Delta: {data['verified']}.",
+        + f"; rows verified in Delta: {data['verified']}. The Arrow path alone (the SDK's Arrow stream, "
+        f"payload columns only, sent once): {data['arrow_rows_per_s']:,.0f} rows/s, "
+        f"{data['arrow_mb_per_s']:.1f} MB/s of payload Arrow bytes (not comparable with the stamped "
+        "figures above).",
         "",
         f"![sink vs bare]({figure})",
         "",
     ]
+
+
+def rss_mb(run: dict[str, Any], key: str) -> float:
+    """``peak_rss_mb`` / ``baseline_rss_mb`` in MB = 10^6 bytes. A run without ``peak_rss_mib`` predates
+    the unit fix: memory.py then divided ``ru_maxrss`` by 1024, so its ``*_rss_mb`` were MiB."""
+    value: float = run[key]
+    return value if "peak_rss_mib" in run else value * MIB / MB
+
+
+def size(n: int) -> str:
+    return f"{n / MIB:g} MiB"
 
 
 def memory_section(runs: list[dict[str, Any]], where: str) -> list[str]:
@@ -308,7 +384,7 @@ def memory_section(runs: list[dict[str, Any]], where: str) -> list[str]:
             f"Client memory while streaming a {gb:g} GB RecordBatchReader",
             f"{SDK} (daemon mode); {where}",
             "seconds",
-            "MB",
+            "MB (10^6 bytes)",
             series,
         ),
     )
@@ -317,7 +393,9 @@ def memory_section(runs: list[dict[str, Any]], where: str) -> list[str]:
         "",
         f"Transport: **{SDK}** (the runtime's daemon mode: the emulator is its own process, so RSS is the "
         "client's). The reader generates fresh batches and keeps none; in flight is bounded by "
-        "`pool.max_inflight_bytes`, larger batches are sliced at `pool.max_batch_bytes`.",
+        "`pool.max_inflight_bytes`, larger batches are sliced at `pool.max_batch_bytes`. Every figure "
+        "in this section is in MB = 10^6 bytes (the pool's settings are quoted in MiB = 2^20 bytes, as "
+        "the config states them).",
         "",
         "| GB | batch MB | peak RSS MB | baseline RSS MB (imports) | peak Arrow MB | max_inflight_bytes "
         "| s |",
@@ -325,34 +403,51 @@ def memory_section(runs: list[dict[str, Any]], where: str) -> list[str]:
     ]
     for r in runs:
         lines.append(
-            f"| {r['gb']:g} | {r['batch_mb']:g} | {r['peak_rss_mb']:.0f} | {r['baseline_rss_mb']:.0f} | "
-            f"{r['peak_arrow_mb']:.0f} | {r['max_inflight_bytes']:,} | {r['seconds']:.1f} |"
+            f"| {r['gb']:g} | {r['batch_mb']:g} | {rss_mb(r, 'peak_rss_mb'):.0f} | "
+            f"{rss_mb(r, 'baseline_rss_mb'):.0f} | {r['peak_arrow_mb']:.0f} | "
+            f"{r['max_inflight_bytes']:,} ({size(r['max_inflight_bytes'])}) | {r['seconds']:.1f} |"
         )
     commands = "; ".join(f"`{r['_command']}`" for r in runs if "_command" in r)
+    verdicts = ", ".join(
+        f"{r['batch_mb']:g} MB batches {'met' if rss_mb(r, 'peak_rss_mb') < TARGET_RSS_MB else 'not met'}"
+        for r in runs
+    )
     lines += [
+        "",
+        f"Target (issue 15): client peak RSS < {TARGET_RSS_MB} MB, whatever the batch size: {verdicts}.",
         "",
         f"Commands: {commands}." if commands else "",
         "",
         f"![client memory]({figure})",
         "",
+        "**These bounds hold in daemon mode only.** The Python API's default is `emulator.mode = "
+        '"in_process"`: the embedded emulator then runs inside the client process, and its WAL\'s '
+        "in-memory tail, the gRPC messages it is decoding and the materialiser's Parquet buffers count "
+        f"in the same RSS: {HAND_MEASURED['in_process_rss'].cite()}. A worker with little memory should "
+        'set `emulator.mode = "daemon"` (the default of the Dagster resource, the Airflow hook and the '
+        "`zerobus-orch` commands) or write to a real endpoint.",
+        "",
+        "The rest of this section was measured by hand (`memory.py --breakdown` and side-by-side runs) "
+        "when `peak_rss_mb` was still in MiB: its figures are MiB, not taken from the run above.",
+        "",
         "Where the RSS is (sampled during a run from `/proc/self/status`, `pa.total_allocated_bytes()`",
         "and glibc's `mallinfo2`): the baseline is the interpreter with pyarrow, deltalake, the SDK and",
-        "the runtime imported (~110 MB of it mapped libraries). *Peak Arrow* is one input batch as the",
+        "the runtime imported (~110 MiB of it mapped libraries). *Peak Arrow* is one input batch as the",
         "reader builds it. Each in-flight byte is then held twice on glibc's heap: the sink keeps the",
         "batch (its slices compacted, so they do not pin the input batch) until it is acknowledged, for",
         "re-submission after a stream failure and for its content digest; and the SDK serialises it to",
         "an IPC `bytes` object and copies that into its Rust core, which keeps it until the",
         "acknowledgement. The rest is glibc keeping freed batch-sized blocks: after the first free its",
         "dynamic mmap threshold rises to the batch size, later blocks come from the heap, and holes",
-        "between blocks still in flight are not returned (~120 MB with 8 MiB slices and 64 MiB in",
-        "flight, 50-90 MB with 4 MiB slices and 32 MiB).",
+        "between blocks still in flight are not returned (~120 MiB with 8 MiB slices and 64 MiB in",
+        "flight, 50-90 MiB with 4 MiB slices and 32 MiB).",
         "",
-        "What brought 100 MB batches under 512 MB: every layer between the reader and the sink (row",
+        "What brought 100 MB batches down from 719 MiB: every layer between the reader and the sink (row",
         "counting, resume slicing, the table's word on what was delivered) now lets go of an input batch",
         "before asking for the next, where two input batches used to be alive at once (~100 MB); and the",
         "defaults went from 64 MiB in flight and 8 MiB slices to 32 MiB and 4 MiB (half the in-flight",
-        "copies, fewer unusable heap holes). Before, with the same commands: 719 MB (100 MB batches)",
-        "and 535 MB (10 MB batches). The smaller defaults cost no throughput here (2 GB in 100 MB",
+        "copies, fewer unusable heap holes). Before, with the same commands: 719 MiB (100 MB batches)",
+        "and 535 MiB (10 MB batches). The smaller defaults cost no throughput here (2 GB in 100 MB",
         "batches, same code, run alternately: 16.9-19.1 s against 17.3-20.3 s with 64 MiB / 8 MiB, and",
         "6.1-6.4 client CPU s against 6.4-8.1: fewer page faults). Returning freed blocks to the",
         "system (`mallopt(M_MMAP_THRESHOLD, 1 MiB)`, or `malloc_trim` every 50 ms) lowered the peak",
@@ -402,16 +497,113 @@ def pipelining_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def limits_section(default: dict[str, Any], without: dict[str, Any]) -> list[str]:
+@dataclass(frozen=True)
+class Hand:
+    """A figure the page quotes that no benchmark's JSON carries: measured by hand, with where from.
+
+    ``value`` None: not (re-)measured since the code changed; the page shows a visible placeholder."""
+
+    key: str  # the entry's key in HAND_MEASURED: a placeholder names it
+    what: str
+    value: str | None
+    source: str
+
+    def cite(self, unit: str = "") -> str:
+        if self.value is None:
+            return f"**[TBD: {self.key}]**"
+        return f"{self.value}{' ' + unit if unit else ''} *(by hand)*"
+
+    def bounds(self) -> tuple[float, float] | None:
+        """``"~2.2"`` -> (2.2, 2.2), ``"3.2-3.7"`` -> (3.2, 3.7); None if unset or not a plain figure."""
+        match = re.fullmatch(r"~?(\d+(?:\.\d+)?)(?:-(\d+(?:\.\d+)?))?", self.value or "")
+        if match is None:
+            return None
+        return float(match[1]), float(match[2] or match[1])
+
+
+# Update these when re-measuring: value, and in source the command and the code it ran on.
+HAND_MEASURED: dict[str, Hand] = {
+    "in_process_rss": Hand(
+        "in_process_rss",
+        "client RSS with the emulator in process vs in daemon mode",
+        "a 1 GB reader in 100 MB batches peaked at ~994 MiB in process against 468 MiB in daemon mode",
+        "issue 15's new-user audit: `ZerobusRuntime.write` of memory.py's generated reader, once with the "
+        'library default `emulator.mode = "in_process"` and once with `"daemon"`, peak `ru_maxrss`',
+    ),
+    "durable_cpu": Hand(
+        "durable_cpu",
+        "emulator CPU s per GB, durable path",
+        "~2.2",
+        "the emulator process's CPU over durable-only ingest, after frames are read in place (one copy "
+        "into the WAL) and the WAL checksum became XXH3-64 (commit 59b92ab); command to be recorded",
+    ),
+    "wal_append_cpu": Hand(
+        "wal_append_cpu",
+        "emulator CPU s per GB in WAL append and fsync (part of the durable path)",
+        None,
+        "to re-measure",
+    ),
+    "page_cache_cpu": Hand(
+        "page_cache_cpu",
+        "kernel page-cache copy CPU s per GB (part of the WAL append)",
+        None,
+        "to re-measure",
+    ),
+    "checksum_cpu": Hand(
+        "checksum_cpu", "XXH3-64 WAL checksum CPU s per GB (was CRC-32: ~0.3)", None, "to re-measure"
+    ),
+    "visible_cpu": Hand(
+        "visible_cpu",
+        "emulator CPU s per GB making data visible (was ~4.5 before Parquet statistics per column chunk)",
+        None,
+        "to re-measure with the materialiser's statistics per chunk (commit 59b92ab)",
+    ),
+    "parquet_cpu": Hand(
+        "parquet_cpu",
+        "Parquet encoding CPU s per GB (part of making data visible; was ~2.4)",
+        None,
+        "to re-measure",
+    ),
+    "bench_client_cpu": Hand(
+        "bench_client_cpu",
+        "scaling.py client process CPU s per GB (sink, SDK, data generation and polling)",
+        "3.2-3.7",
+        "scaling.py's process CPU over its runs, measured before commit 59b92ab: to re-check",
+    ),
+    "contended_4x1": Hand(
+        "contended_4x1",
+        "durable MB/s with 4 streams while other work shares the two cores",
+        "120-290",
+        "`python benchmarks/scaling.py --json --mb 256` runs while other test suites ran on the same "
+        "two cores",
+    ),
+}
+
+
+def cpu_bound(cores: int, *costs: tuple[float, float] | None) -> str:
+    """MB/s that ``cores`` sustain at the summed CPU s per GB (a range: the costs' spread)."""
+    if any(cost is None for cost in costs):
+        return "**[to compute from the figures above]**"
+    low = sum(c[0] for c in costs if c is not None)
+    high = sum(c[1] for c in costs if c is not None)
+    fast, slow = cores * 1000 / low, cores * 1000 / high
+    rate = f"~{fast:.0f}" if round(fast) == round(slow) else f"~{slow:.0f}-{fast:.0f}"
+    return f"{rate} MB/s ({cores} cores / {low:.1f}-{high:.1f} CPU s per GB)"
+
+
+def limits_section(
+    default: dict[str, Any], without: dict[str, Any], throughput: dict[str, Any] | None
+) -> list[str]:
     by_config = {(r["streams"], r["tables"]): r for r in default["results"]}
     lines = [
         "## What limits the embedded default",
         "",
         f"Transport: **{SDK}**. The same runs with the emulator's Iceberg mirror off "
-        f"(`{without.get('_command', 'python benchmarks/scaling.py --emulator-arg=--no-iceberg')}`):",
+        f"(`{without.get('_command', 'python benchmarks/scaling.py --emulator-arg=--no-iceberg')}`), "
+        f"in {STAMPED}:",
         "",
-        "| streams x tables | MB/s durable, default | MB/s durable, no Iceberg mirror | "
-        "MB/s visible, default | MB/s visible, no Iceberg mirror |",
+        "| streams x tables | durable, default | durable, no Iceberg mirror | "
+        "visible, default | visible, no Iceberg mirror |",
         "|---|---:|---:|---:|---:|",
     ]
     for r in without["results"]:
@@ -423,6 +615,26 @@ def limits_section(default: dict[str, Any], without: dict[str, Any]) -> list[str
             f"{r['mb_per_s_durable']:.1f} | "
             f"{base['mb_per_s_visible']:.1f} | {r['mb_per_s_visible']:.1f} |"
         )
+    hand = HAND_MEASURED
+    cores = int(default.get("cpus") or os.cpu_count() or 1)
+    visible = [r["mb_per_s_visible"] for r in default["results"]]
+    if throughput is not None:
+        cpu = throughput["sink"]["cpu_s_per_gb"]
+        client: tuple[float, float] | None = (cpu["min"], cpu["max"])
+        client_text = (
+            f"{cpu['median']:.1f} s (emulator_throughput.py's sink above: median, "
+            f"{cpu['min']:.1f}-{cpu['max']:.1f} over its runs)"
+        )
+    else:
+        client, client_text = None, "**[run emulator_throughput.py: the sink's client CPU per GB]**"
+    budget = PoolConfig().max_inflight_bytes
+    four = by_config.get((4, 1))
+    target = (
+        f"This run's 4 x 1 durable figure: **{four['mb_per_s_durable']:.1f} MB/s** (target >= 300, "
+        f"{'met' if four['mb_per_s_durable'] >= 300 else 'not met'})"
+        if four
+        else "This run has no 4 x 1 configuration"
+    )
     lines += [
         "",
         "The emulator is one Python process: its gRPC handlers (decode, conform, WAL append and fsync),",
@@ -430,34 +642,71 @@ def limits_section(default: dict[str, Any], without: dict[str, Any]) -> list[str
         "Iceberg mirror (one incremental conversion per Delta commit: only the new Parquet files are",
         "added, the table is not planned again) share one interpreter lock and, here, two cores with the",
         "client. WAL group commit is not the limit (one fsync covers every record written meanwhile);",
-        "more streams help only until the processes are CPU-bound. Measured CPU per GB: the durable path",
-        "in the emulator ~2.4 s (each frame copied once, from the gRPC message into the WAL; the append",
-        "and fsync ~1.6 s of it, of which the kernel's page-cache copy ~1.1 s and the CRC-32 ~0.3 s);",
-        "making the data visible ~4.5 s (Parquet, Snappy without dictionary pages, ~2.4 s, the Delta and",
-        "Iceberg commits the rest; the records come from the WAL's in-memory tail, not read back from",
-        "disk); the client (SDK serialisation and the sink) ~2-2.3 s. A smaller in-flight budget",
-        "(`pool.max_inflight_bytes`, 32 MiB) keeps acknowledgement latency at a few hundred milliseconds",
-        "instead of seconds of queue. What bounds the rate: with visibility keeping up, ~9 CPU s per GB",
-        "on two cores is ~220 MB/s sustained (the visible column, ~170-180 MB/s). A burst only has to be",
-        "durable first: the benchmark's client process (~3.2-3.7 CPU s per GB with its data generation",
-        "and polling) plus the emulator's durable path (~2.4) bound it at 2 cores / ~6 s per GB, ~340",
-        "MB/s, if nothing else runs; a 256 MB burst at ~300 MB/s lasts less than one materialiser period,",
-        "so little Parquet encoding overlaps it (holding commits back while a table is busy measured no",
-        "gain). Durable >= 300 MB/s with 4 streams is reached on an otherwise idle machine (311-318 MB/s",
-        "in two runs of the default configurations) and not when other work shares the two cores (120-290",
-        "MB/s).",
+        "more streams help only until the processes are CPU-bound.",
+        "",
+        "CPU per stamped GB (figures marked *by hand* are not from this run's JSON; each one's source is "
+        "listed below): the durable path in the emulator "
+        f"{hand['durable_cpu'].cite('s')} (each frame copied once, from the gRPC message into the WAL; "
+        f"the append and fsync {hand['wal_append_cpu'].cite('s')} of it, of which the kernel's page-cache "
+        f"copy {hand['page_cache_cpu'].cite('s')} and the XXH3-64 record checksum "
+        f"{hand['checksum_cpu'].cite('s')}); making the data visible {hand['visible_cpu'].cite('s')} "
+        f"(Parquet, Snappy without dictionary pages, statistics per column chunk, "
+        f"{hand['parquet_cpu'].cite('s')}, the Delta and Iceberg commits the rest; the records come from "
+        "the WAL's in-memory tail, not read back from disk); the client (SDK serialisation and the sink) "
+        f"{client_text}.",
+        "",
+        f"A small in-flight budget (`pool.max_inflight_bytes`, {budget / MIB:g} MiB by default) keeps "
+        "acknowledgement latency at a few hundred milliseconds instead of seconds of queue (the p50/p99 "
+        "columns above). What bounds the rate: with visibility keeping up, the three together bound it at "
+        f"{cpu_bound(cores, hand['durable_cpu'].bounds(), hand['visible_cpu'].bounds(), client)} "
+        f"sustained (this run's visible column: {min(visible):.0f}-{max(visible):.0f} MB/s). A burst only "
+        "has to be durable first: the benchmark's client process "
+        f"({hand['bench_client_cpu'].cite('CPU s per GB')} with its data generation and polling) plus the "
+        "emulator's durable path bound it at "
+        f"{cpu_bound(cores, hand['bench_client_cpu'].bounds(), hand['durable_cpu'].bounds())} if nothing "
+        "else runs; a burst of a few hundred MB at ~300 MB/s lasts less than one materialiser period, so "
+        "little Parquet encoding overlaps it (holding commits back while a table is busy measured no "
+        f"gain). {target}; when other work shares the two cores it drops "
+        f"({hand['contended_4x1'].cite('MB/s')}).",
+        "",
+        "Measured by hand (`HAND_MEASURED` in `benchmarks/report.py`; **TBD**: not re-measured since "
+        "the code changed):",
         "",
     ]
+    lines += [f"- `{h.key}`, {h.what}: {h.value or '**TBD**'} ({h.source})." for h in hand.values()]
+    lines.append("")
     return lines
+
+
+def provenance(data: dict[str, dict[str, Any]]) -> list[str]:
+    """How the page's JSON was made: the report command, or each benchmark's own if sizes were mixed."""
+    ran = sorted({d["_ran_at"] for d in data.values() if "_ran_at" in d})
+    when = (f" Benchmarks ran {ran[0]}" + (f" to {ran[-1]}" if len(ran) > 1 else "") + ".") if ran else ""
+    label = sizes_of(data)
+    if label is not None:
+        made = f"Generated by `{REPORT_COMMAND[label]}` (`benchmarks/report.py`, {label} sizes)."
+    else:
+        made = (
+            "Generated by `benchmarks/report.py` from runs of mixed sizes (some re-run with `--only`), "
+            "each with the command listed below."
+        )
+    lines = [f"{made}{when} Page rendered {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC.", ""]
+    lines += ["| benchmark | command (sizes) |", "|---|---|"]
+    for name, d in data.items():
+        lines.append(f"| {name} | `{d.get('_command', 'not recorded')}` |")
+    return [*lines, ""]
 
 
 def render() -> str:
     where = machine()
+    data = {name: d for name in SCRIPT if (d := load(name)) is not None}
     lines = [
         "# Performance",
         "",
-        "Generated by `make bench-report` (`benchmarks/report.py`) on "
-        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC. Machine: **{where}**.",
+        *provenance(data),
+        f"Machine: **{where}**. MB = 10^6 bytes, MiB = 2^20 bytes. Throughput counts stamped Arrow "
+        "bytes (the payload plus the three reserved `_twg_*` columns the sink adds) unless it says "
+        "otherwise.",
         "",
         "Client and emulator share the machine's cores, so these figures compare paths with one another on",
         "this machine; they are not Zerobus service figures. Acknowledgements are durable (the emulator",
@@ -466,21 +715,21 @@ def render() -> str:
         "The JSON each section was rendered from is in `docs/performance/`.",
         "",
     ]
-    scaling = load("scaling")
+    scaling = data.get("scaling")
     if scaling:
         lines += scaling_section(scaling, where)
-    throughput = load("emulator_throughput")
+    throughput = data.get("emulator_throughput")
     if throughput:
         lines += throughput_section(throughput, where)
-    memory = [m for m in (load("memory_100"), load("memory_10")) if m]
+    memory = [m for m in (data.get("memory_100"), data.get("memory_10")) if m]
     if memory:
         lines += memory_section(memory, where)
-    pipelining = load("pipelining")
+    pipelining = data.get("pipelining")
     if pipelining:
         lines += pipelining_section(pipelining)
-    without = load("scaling_no_iceberg")
+    without = data.get("scaling_no_iceberg")
     if scaling and without:
-        lines += limits_section(scaling, without)
+        lines += limits_section(scaling, without, throughput)
     return "\n".join(lines)
 
 

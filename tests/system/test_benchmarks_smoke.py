@@ -113,6 +113,7 @@ MEMORY = {
     "input_mb": NUMBER,
     "seconds": NUMBER,
     "peak_rss_mb": NUMBER,
+    "peak_rss_mib": NUMBER,
     "baseline_rss_mb": NUMBER,
     "peak_arrow_mb": NUMBER,
     "rss_over_time": list,
@@ -125,9 +126,11 @@ MEMORY = {
 
 @pytest.mark.integration
 def test_memory_smoke_prints_its_json_shape() -> None:
-    result = run_benchmark("memory.py", "--json", "--gb", "0.005", "--batch-mb", "1")
+    result = run_benchmark("memory.py", "--smoke", "--json")
     assert_shape(result, MEMORY, "memory")
     assert result["batches"] == 5  # the generated reader really streamed through the runtime
+    # One unit: MB = 10^6 bytes, MiB beside it (ru_maxrss is KiB; MB and MiB differ by 4.9 %).
+    assert result["peak_rss_mb"] == pytest.approx(result["peak_rss_mib"] * 1.048576, abs=0.2)
 
 
 CRASH_RESUME_RUN = {
