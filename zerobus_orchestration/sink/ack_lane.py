@@ -6,11 +6,11 @@ wait thereby acknowledges a whole burst (the coalesce ratio), which is what lets
 durability instead of paying one round trip per batch.
 
 The channel is bounded by *pending acks*: batches reserved, queued or in hand, not yet confirmed. A
-pusher reserves a slot before submitting; a full channel makes ``reserve`` wait, and that wait is the
-only backpressure. Slots free up when their confirmations fire, so ``capacity`` is exactly the number
-of batches one stream may have in flight: throughput is bounded by ``capacity / ack latency`` per
-stream (Little's law), and at most ``capacity`` batches per stream are alive in the sink, whatever the
-input size.
+pusher reserves a slot before submitting; a full channel makes ``reserve`` wait (with the pool's byte
+budget, ``sink/byte_budget.py``, the only backpressure: ``StreamPool.health()`` names which binds).
+Slots free up when their confirmations fire, so ``capacity`` is exactly the number of batches one
+stream may have in flight: throughput is bounded by ``capacity / ack latency`` per stream (Little's
+law) and by ``max_inflight_bytes / ack latency`` per table, whatever the input size.
 
 Failures: a transient wait failure is retried in place (nothing is re-advanced, nothing confirmed
 twice). A poisoned stream stops the lane: what the dead stream still reports durable is confirmed
