@@ -530,46 +530,6 @@ HAND_MEASURED: dict[str, Hand] = {
         "issue 15's new-user audit: `ZerobusRuntime.write` of memory.py's generated reader, once with the "
         'library default `emulator.mode = "in_process"` and once with `"daemon"`, peak `ru_maxrss`',
     ),
-    "durable_cpu": Hand(
-        "durable_cpu",
-        "emulator CPU s per GB, durable path",
-        "~2.2",
-        "the emulator process's CPU over durable-only ingest, after frames are read in place (one copy "
-        "into the WAL) and the WAL checksum became XXH3-64 (commit 59b92ab); command to be recorded",
-    ),
-    "wal_append_cpu": Hand(
-        "wal_append_cpu",
-        "emulator CPU s per GB in WAL append and fsync (part of the durable path)",
-        None,
-        "to re-measure",
-    ),
-    "page_cache_cpu": Hand(
-        "page_cache_cpu",
-        "kernel page-cache copy CPU s per GB (part of the WAL append)",
-        None,
-        "to re-measure",
-    ),
-    "checksum_cpu": Hand(
-        "checksum_cpu", "XXH3-64 WAL checksum CPU s per GB (was CRC-32: ~0.3)", None, "to re-measure"
-    ),
-    "visible_cpu": Hand(
-        "visible_cpu",
-        "emulator CPU s per GB making data visible (was ~4.5 before Parquet statistics per column chunk)",
-        None,
-        "to re-measure with the materialiser's statistics per chunk (commit 59b92ab)",
-    ),
-    "parquet_cpu": Hand(
-        "parquet_cpu",
-        "Parquet encoding CPU s per GB (part of making data visible; was ~2.4)",
-        None,
-        "to re-measure",
-    ),
-    "bench_client_cpu": Hand(
-        "bench_client_cpu",
-        "scaling.py client process CPU s per GB (sink, SDK, data generation and polling)",
-        "3.2-3.7",
-        "scaling.py's process CPU over its runs, measured before commit 59b92ab: to re-check",
-    ),
     "contended_4x1": Hand(
         "contended_4x1",
         "durable MB/s with 4 streams while other work shares the two cores",
@@ -635,39 +595,45 @@ def limits_section(
         if four
         else "This run has no 4 x 1 configuration"
     )
+    four_cpu = four if four is not None and "emulator_cpu_s_per_gb_durable" in four else None
+    if four_cpu is not None:
+        durable_cpu = four_cpu["emulator_cpu_s_per_gb_durable"]
+        visible_cpu = four_cpu["emulator_cpu_s_per_gb_visible"]
+        bench_client = four_cpu["client_cpu_s_per_gb"]
+        measured = (
+            f"Measured in the 4 x 1 run above (CPU s per stamped GB, from `/proc`): the emulator "
+            f"**{durable_cpu:.1f}** from the first push to durable and **{visible_cpu:.1f}** to visible "
+            f"(its gRPC handlers, WAL and, overlapping, the materialiser; the Iceberg mirror follows "
+            f"after), the benchmark's client process **{bench_client:.1f}** until durable (the sink, the "
+            f"SDK, its pushing and polling threads); the sink alone, from emulator_throughput.py, "
+            f"{client_text}."
+        )
+        sustained = cpu_bound(cores, (visible_cpu, visible_cpu), client)
+        burst = cpu_bound(cores, (durable_cpu, durable_cpu), (bench_client, bench_client))
+    else:
+        measured = "**[re-run scaling.py: it records the emulator's and the client's CPU per GB]**"
+        sustained = burst = "**[to compute from the figures above]**"
     lines += [
         "",
-        "The emulator is one Python process: its gRPC handlers (decode, conform, WAL append and fsync),",
-        "the materialiser (Parquet encoding and the Delta commit, every `time_to_table_s`) and the",
-        "Iceberg mirror (one incremental conversion per Delta commit: only the new Parquet files are",
-        "added, the table is not planned again) share one interpreter lock and, here, two cores with the",
-        "client. WAL group commit is not the limit (one fsync covers every record written meanwhile);",
-        "more streams help only until the processes are CPU-bound.",
+        "The emulator is one Python process: its gRPC handlers (a FlightData frame read in place and",
+        "copied once, into the WAL; an XXH3-64 checksum per record; one fsync for every record written",
+        "meanwhile), the materialiser (Parquet with Snappy, no dictionary pages, statistics per column",
+        "chunk, and the Delta commit, every `time_to_table_s`, from the WAL's in-memory tail) and the",
+        "Iceberg mirror (one incremental conversion per Delta commit) share one interpreter lock and,",
+        "here, two cores with the client. WAL group commit is not the limit; more streams help only until",
+        "the processes are CPU-bound.",
         "",
-        "CPU per stamped GB (figures marked *by hand* are not from this run's JSON; each one's source is "
-        "listed below): the durable path in the emulator "
-        f"{hand['durable_cpu'].cite('s')} (each frame copied once, from the gRPC message into the WAL; "
-        f"the append and fsync {hand['wal_append_cpu'].cite('s')} of it, of which the kernel's page-cache "
-        f"copy {hand['page_cache_cpu'].cite('s')} and the XXH3-64 record checksum "
-        f"{hand['checksum_cpu'].cite('s')}); making the data visible {hand['visible_cpu'].cite('s')} "
-        f"(Parquet, Snappy without dictionary pages, statistics per column chunk, "
-        f"{hand['parquet_cpu'].cite('s')}, the Delta and Iceberg commits the rest; the records come from "
-        "the WAL's in-memory tail, not read back from disk); the client (SDK serialisation and the sink) "
-        f"{client_text}.",
+        measured,
         "",
         f"A small in-flight budget (`pool.max_inflight_bytes`, {budget / MIB:g} MiB by default) keeps "
         "acknowledgement latency at a few hundred milliseconds instead of seconds of queue (the p50/p99 "
-        "columns above). What bounds the rate: with visibility keeping up, the three together bound it at "
-        f"{cpu_bound(cores, hand['durable_cpu'].bounds(), hand['visible_cpu'].bounds(), client)} "
-        f"sustained (this run's visible column: {min(visible):.0f}-{max(visible):.0f} MB/s). A burst only "
-        "has to be durable first: the benchmark's client process "
-        f"({hand['bench_client_cpu'].cite('CPU s per GB')} with its data generation and polling) plus the "
-        "emulator's durable path bound it at "
-        f"{cpu_bound(cores, hand['bench_client_cpu'].bounds(), hand['durable_cpu'].bounds())} if nothing "
-        "else runs; a burst of a few hundred MB at ~300 MB/s lasts less than one materialiser period, so "
-        "little Parquet encoding overlaps it (holding commits back while a table is busy measured no "
-        f"gain). {target}; when other work shares the two cores it drops "
-        f"({hand['contended_4x1'].cite('MB/s')}).",
+        "columns above); it also bounds one table's rate at about the budget over the ack latency. What "
+        "bounds the rate: with visibility keeping up, the emulator to visible plus the sink bound it at "
+        f"{sustained} sustained (this run's visible column: {min(visible):.0f}-{max(visible):.0f} MB/s). "
+        "A burst only has to be durable first: the benchmark's client process plus the emulator's "
+        f"durable path bound it at {burst} if nothing else runs; a burst of a few hundred MB lasts about "
+        "one materialiser period, so little Parquet encoding overlaps it. "
+        f"{target}; when other work shares the two cores it drops ({hand['contended_4x1'].cite('MB/s')}).",
         "",
         "Measured by hand (`HAND_MEASURED` in `benchmarks/report.py`; **TBD**: not re-measured since "
         "the code changed):",

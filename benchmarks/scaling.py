@@ -13,7 +13,10 @@ the other in one emulator; each starts once the emulator is idle again (CPU unde
 * ``mb_per_s_visible``: the same bytes over the time until every row is readable in the Delta table
   (the materialiser committed it);
 * ``p50_ack_s`` / ``p99_ack_s``: per batch, from its submit to its durable acknowledgement reaching
-  the sink (the receipt resolving), over every batch of the configuration.
+  the sink (the receipt resolving), over every batch of the configuration;
+* ``client_cpu_s_per_gb``, ``emulator_cpu_s_per_gb_durable`` / ``_visible``: CPU seconds per stamped
+  GB of this process until durable, and of the emulator's process until durable and until visible
+  (Linux ``/proc``; 0 elsewhere): what bounds the rate on a machine whose cores they share.
 
     python benchmarks/scaling.py --json                # 256 MB per configuration
     python benchmarks/scaling.py --mb 1024 --json
@@ -87,6 +90,12 @@ class Row:
     p99_ack_s: float
     durable_s: float
     visible_s: float
+    # CPU seconds per stamped GB (GB = 10^9 bytes): this process (the sink, the SDK, the pushing and
+    # polling threads) from the first push to durable, and the emulator's process from the first push
+    # to durable and to visible (the latter includes the former; the Iceberg mirror may still run after).
+    client_cpu_s_per_gb: float
+    emulator_cpu_s_per_gb_durable: float
+    emulator_cpu_s_per_gb_visible: float
 
 
 @dataclass(frozen=True)
@@ -235,12 +244,15 @@ def run_config(
         )
         for t in tables
     ]
+    client_cpu, emulator_cpu = time.process_time(), cpu_seconds(emu.pid)
     started = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     durable_s = time.perf_counter() - started
+    client_cpu_durable = time.process_time() - client_cpu
+    emulator_cpu_durable = cpu_seconds(emu.pid) - emulator_cpu
     if errors:
         raise errors[0]
     pending = set(tables)
@@ -251,7 +263,9 @@ def run_config(
                 raise RuntimeError(f"{sorted(pending)}: rows not visible in Delta after {VISIBLE_TIMEOUT_S}s")
             time.sleep(VISIBLE_POLL_S)
     visible_s = time.perf_counter() - started
+    emulator_cpu_visible = cpu_seconds(emu.pid) - emulator_cpu
     stamped = stamped_mb(batches) * len(tables)
+    gb = stamped / 1000
     return Row(
         streams=streams,
         tables=len(tables),
@@ -262,6 +276,9 @@ def run_config(
         p99_ack_s=round(percentile(latencies, 99), 4),
         durable_s=round(durable_s, 3),
         visible_s=round(visible_s, 3),
+        client_cpu_s_per_gb=round(client_cpu_durable / gb, 2),
+        emulator_cpu_s_per_gb_durable=round(emulator_cpu_durable / gb, 2),
+        emulator_cpu_s_per_gb_visible=round(emulator_cpu_visible / gb, 2),
     )
 
 

@@ -182,6 +182,9 @@ SCALING_ROW = {
     "p99_ack_s": NUMBER,
     "durable_s": NUMBER,
     "visible_s": NUMBER,
+    "client_cpu_s_per_gb": NUMBER,
+    "emulator_cpu_s_per_gb_durable": NUMBER,
+    "emulator_cpu_s_per_gb_visible": NUMBER,
 }
 
 
