@@ -34,9 +34,11 @@ class WriteResult:
     rotation): they may be in the table twice. An upper bound; read-back counts the actual duplicates."""
     rows_resent_after_crash: int = 0
     """Rows a resumed write sent at positions an earlier attempt had already reached (below the highest
-    position the coverage cache or the table showed delivered): holes an interrupted try left. They were
-    neither recorded nor visible when this write looked, so they are normally not durable; one that was
-    durable but not yet visible is in the table twice. An upper bound; read-back counts the duplicates."""
+    position the coverage cache or the table showed delivered, or an earlier resumed attempt on this
+    host handed to its sink: ``resume_pieces.HandedOut``): holes an interrupted try left, and its last
+    rows still on their way to the table. They were neither recorded nor visible when this write looked;
+    one that was durable but not yet visible is in the table twice. An upper bound (never under-counts
+    on the host of the earlier attempt); read-back counts the duplicates."""
     superseded_sources: tuple[str, ...] = ()
     """``replace`` writes: the ``_twg_source`` tags of the earlier runs of this partition whose rows this
     write deleted once its own rows were visible (``write_modes``)."""

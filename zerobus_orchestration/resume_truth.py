@@ -172,7 +172,9 @@ class TruthSkip:
     """Drops from a resume's slices the positions the table shows, learning them on first need.
 
     ``learn`` runs at most once, when the first slice comes up (see the module docstring); it returns
-    the table's ranges after the catch-up. Counts what it did, for the write's result.
+    the table's ranges after the catch-up. Counts what it did, for the write's result: ``rows_resent``
+    is every kept row below the highest position an earlier attempt reached (the cache's, the table's
+    or ``handed_out``), so it never under-counts what the resume may duplicate.
     """
 
     def __init__(
@@ -183,6 +185,7 @@ class TruthSkip:
         cached: tuple[OffsetRange, ...],
         offset_column: str | None,
         table: str | None,
+        handed_out: int = 0,
     ) -> None:
         self._slices = slices
         self._learn = learn
@@ -193,7 +196,10 @@ class TruthSkip:
         self.consulted = False
         self.rows_skipped = 0  # rows skipped on the table's word alone
         self.rows_resent = 0  # rows sent at positions an earlier attempt had reached
-        self._reached = _high_mark(cached)
+        # ``handed_out``: how far an earlier attempt gave rows to its sink (``resume_pieces.HandedOut``).
+        # Rows it sent but that were neither recorded nor visible when the table was read reach the table
+        # later: without that mark they would be re-sent uncounted.
+        self._reached = max(_high_mark(cached), handed_out)
 
     def __iter__(self) -> Iterator[ResumeSlice]:
         index = CoveredIndex(())

@@ -163,3 +163,37 @@ def test_another_state_dir_resumes_from_the_table(tmp_path: Path, shared_emulato
     assert pc.count_distinct(present).as_py() == ROWS
     assert len(present) == ROWS, "nothing host A delivered was sent again"
     assert result.rows_resent_after_crash == 0  # A's rows were contiguous: no hole was re-sent
+
+
+def test_rows_resent_after_crash_counts_every_duplicate_the_resume_sends(tmp_path: Path) -> None:
+    """Rows the killed writer sent that neither the cache nor the resume's read of the table showed are
+    sent again: the count must hold them (README: it never under-counts), not only those below the
+    highest position the cache or the table knew.
+
+    The table is not consulted here (``consult_table = false``), the deterministic stand-in for a table
+    read that missed rows still on their way (a shared emulator committing them after the catch-up).
+    """
+    settings: dict[str, Any] = {
+        "warehouse": str(tmp_path / "wh"),
+        "emulator": {"mode": "in_process", "time_to_table_s": 0.2, "iceberg_lag_s": 0.3},
+        "sdk": TEST_SDK_OPTIONS.model_dump(),
+        "pool": {"ack_channel_capacity": RESUME_CAPACITY},
+        "coverage": {**FAST_CATCH_UP, "consult_table": False},
+    }
+    kill_writer_after(settings, 8, "5", linger_s=0.3)  # acks withheld after batch 5: durable, unrecorded
+
+    runtime = acquire_runtime(ZerobusConfig.model_validate(settings))  # replays the dead writer's WAL
+    cached = covered_count(runtime.covered(TABLE, source=SOURCE))
+    assert cached <= 6 * BATCH_ROWS, "acknowledgements after batch 5 were withheld"
+    result = runtime.write(TABLE, orders(ROWS, BATCH_ROWS), source=SOURCE)
+    assert (result.rows_skipped, result.rows_written) == (cached, ROWS - cached)
+
+    runtime.delta_version(TABLE)  # every acknowledged row committed
+    present = offsets_in_table(tmp_path / "wh")
+    duplicates = len(present) - pc.count_distinct(present).as_py()
+    assert pc.count_distinct(present).as_py() == ROWS
+    assert duplicates > 0, "the killed writer's unrecorded rows must be durable (the fault acted)"
+    assert result.rows_resent_after_crash >= duplicates
+    # Bounded by how far the killed writer got, not every row the resume sent.
+    assert result.rows_resent_after_crash < result.rows_written
+    assert runtime.health().rows_resent_after_crash == result.rows_resent_after_crash

@@ -128,6 +128,17 @@ def test_positions_the_table_shows_are_skipped_and_counted() -> None:
     assert skip.rows_resent == 15  # [55, 70): below the highest position known delivered
 
 
+def test_rows_below_how_far_an_earlier_attempt_got_are_counted_resent() -> None:
+    # The earlier attempt handed [0, 90) to its sink; the cache and the table show only [0, 40) (the
+    # rest still on its way when the table was read): [40, 90) may land twice, [90, 100) cannot.
+    pieces = [p for p in batches(100, 10) if p.start_offset >= 40]
+    skip = TruthSkip(
+        pieces, learner((R(0, 40),), []), cached=(R(0, 40),), offset_column=None, table="t", handed_out=90
+    )
+    assert sum(piece.batch.num_rows for piece in skip) == 60
+    assert skip.rows_resent == 50
+
+
 def test_with_a_declared_offset_column() -> None:
     calls: list[int] = []
     batch = pa.record_batch({"off": pa.array([9, 3, 4, 20, 5], pa.int64())})
