@@ -635,8 +635,8 @@ def limits_section(
         "one materialiser period, so little Parquet encoding overlaps it. "
         f"{target}; when other work shares the two cores it drops ({hand['contended_4x1'].cite('MB/s')}).",
         "",
-        "Measured by hand (`HAND_MEASURED` in `benchmarks/report.py`; **TBD**: not re-measured since "
-        "the code changed):",
+        "Measured by hand, not by this run (`HAND_MEASURED` in `benchmarks/report.py`; **TBD** where "
+        "not re-measured since the code changed):",
         "",
     ]
     lines += [f"- `{h.key}`, {h.what}: {h.value or '**TBD**'} ({h.source})." for h in hand.values()]

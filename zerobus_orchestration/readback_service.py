@@ -188,12 +188,14 @@ class ReadbackService:
         force: bool | None = None,
     ) -> ReadbackReport:
         """Wait for Iceberg to reflect what was delivered, then verify coverage against the scan."""
+        from zerobus_orchestration.readback import verify
+
         name = TableName.parse(table).full_name
         cfg = self.config.readback
         policy = self._policy(wait_s)
         coverage = self._coverage_to_verify(name, source, partition)
         expected = self.delta_version(name)
-        return verify_readback(
+        return verify.verify_readback(
             self.iceberg(),
             name,
             coverage,
@@ -302,13 +304,14 @@ class ReadbackService:
         ``raise_errors``: an error that kept the scan from running propagates (the CLI maps its type to
         an exit code) instead of becoming a ``FAILED``/``NOTHING_TO_VERIFY`` outcome.
         """
+        from zerobus_orchestration.readback import verify
         from zerobus_orchestration.readback.judge import outcome_of_error, outcome_of_report
 
         try:
             name = TableName.parse(table).full_name
             expected_version = self.delta_version(name)
             expected = self.expected(name, source=source, partition=partition, ranges=ranges)
-            report = verify_readback(
+            report = verify.verify_readback(
                 self.iceberg(),
                 name,
                 expected.coverage,
@@ -465,24 +468,6 @@ class ReadbackService:
                 store = CoverageStore.from_config(self.config, table)
                 self._owned[table] = store
             return store
-
-
-def verify_readback(
-    endpoint: IcebergEndpoint,
-    table: str,
-    coverage: dict[CoverageKey, tuple[OffsetRange, ...]],
-    *,
-    probe: VisibilityProbe | None,
-    delta_version: int,
-    policy: WaitPolicy,
-    force: bool,
-) -> ReadbackReport:
-    """``readback.verify.verify_readback``, imported on the first verification (see the imports)."""
-    from zerobus_orchestration.readback.verify import verify_readback as verify
-
-    return verify(
-        endpoint, table, coverage, probe=probe, delta_version=delta_version, policy=policy, force=force
-    )
 
 
 def _with_expected(outcome: ReadbackOutcome, expected: Expected) -> ReadbackOutcome:
