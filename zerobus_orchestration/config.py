@@ -218,7 +218,10 @@ class CoverageConfig(_Model):
     catch_up_settle_s: float = Field(
         2.0,
         ge=0,
-        description="A resume that reads the table waits until what it shows is unchanged this long.",
+        description=(
+            "A resume that reads the table waits until what it shows is unchanged this long, or twice the "
+            "longest gap between the table's recent data commits if longer (a service committing slowly)."
+        ),
     )
     catch_up_max_s: float = Field(
         30.0, ge=0, description="Longest a resume waits for the table to catch up with acknowledged rows."

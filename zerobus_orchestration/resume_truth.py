@@ -9,8 +9,10 @@ Two things make that exact rather than a snapshot of a moving target:
 * **Catch-up.** What was acknowledged before a crash may not be in the table yet (Zerobus commits
   asynchronously; the emulator commits its write-ahead log on demand). ``catch_up`` polls the table
   until what it shows of (source, partition) holds the cache and has not changed for a settle period,
-  at most ``max_s``. Nothing delivered anywhere (empty cache, no rows in the table) is a first write:
-  no wait.
+  at most ``max_s``. The settle period is the configured one or, when the table's recent data commits
+  came further apart (a loaded service), twice the longest gap between them: a fixed period shorter
+  than the service's commit cadence would read the table between two commits and send again what the
+  next one holds. Nothing delivered anywhere (empty cache, no rows in the table) is a first write: no wait.
 * **Laziness.** ``TruthSkip`` consults the table only when the first row the cache does not hold comes
   up, so a re-run the cache covers whole (the normal re-run of a finished write) never reads the table
   and never waits.
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow.compute as pc
@@ -40,6 +42,11 @@ from zerobus_orchestration.resume import CoveredIndex, ResumeSlice, without
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_S = 0.1
+# How many of the table's latest commits show the service's commit cadence (one Delta log read).
+CADENCE_COMMITS = 10
+# The settle period is at least this many times the longest recent gap between the table's commits: the
+# next commit is due within one such gap of the last one, and may be as late again (a loaded service).
+CADENCE_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,22 @@ class CaughtUp:
     ranges: tuple[OffsetRange, ...]
     settled: bool  # False: the deadline passed while the table still moved or lagged the cache
     waited_s: float
+    settle_s: float = 0.0  # the settle period it waited for (the configured one or the table's cadence)
+
+
+def settle_period(settle_s: float, gaps_s: Sequence[float], max_s: float) -> float:
+    """``settle_s``, or ``CADENCE_FACTOR`` times the longest recent commit gap if that is longer.
+
+    A service that commits slowly (a loaded Zerobus or emulator) leaves acknowledged rows out of the
+    table for longer than a fixed settle period: the resume would read the table between two commits,
+    take it as settled and send those rows again. Gaps over ``max_s`` are idle time between runs, not
+    cadence, and are left out; the result never exceeds ``max_s``. ``settle_s == 0`` (nothing more can
+    arrive) stays 0.
+    """
+    cadence = [gap for gap in gaps_s if gap <= max_s]
+    if settle_s <= 0 or not cadence:
+        return settle_s
+    return min(max(settle_s, CADENCE_FACTOR * max(cadence)), max_s)
 
 
 def catch_up(
@@ -58,32 +81,41 @@ def catch_up(
     cached: tuple[OffsetRange, ...],
     settle_s: float,
     max_s: float,
+    commit_gaps: Callable[[], Sequence[float]] = lambda: (),
     poll_s: float = DEFAULT_POLL_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> CaughtUp:
-    """Poll the table until it holds ``cached`` and its ranges stay unchanged for ``settle_s``.
+    """Poll the table until it holds ``cached`` and its ranges stay unchanged for the settle period.
 
-    ``read_version`` is cheap (the Delta log); ranges are re-read only when the version moved. Bounded
-    by ``max_s``: past it the ranges last seen are returned with ``settled=False``.
+    The settle period is ``settle_period(settle_s, commit_gaps(), max_s)``, re-read whenever the table's
+    version moves (its cadence shows in its newest commits). ``read_version`` is cheap (the Delta log);
+    ranges are re-read only when the version moved. Bounded by ``max_s``: past it the ranges last seen
+    are returned with ``settled=False``.
     """
     started = clock()
     version = read_version()
     ranges = read_ranges()
     if not ranges and not cached:
         return CaughtUp((), True, 0.0)  # nothing delivered anywhere: a first write, nothing to wait for
+
+    def current_settle() -> float:  # the table's history is read only when a settle period applies
+        return settle_period(settle_s, commit_gaps(), max_s) if settle_s > 0 else settle_s
+
+    settle = current_settle()
     stable_since = clock()
     while True:
         now = clock()
         holds_cache = not _subtract(cached, ranges)
-        if holds_cache and now - stable_since >= settle_s:
-            return CaughtUp(ranges, True, now - started)
+        if holds_cache and now - stable_since >= settle:
+            return CaughtUp(ranges, True, now - started, settle)
         if now - started >= max_s:
-            return CaughtUp(ranges, False, now - started)
+            return CaughtUp(ranges, False, now - started, settle)
         sleep(poll_s)
         latest = read_version()
         if latest != version:
             version = latest
+            settle = current_settle()
             fresh = read_ranges()
             if fresh != ranges:
                 ranges, stable_since = fresh, clock()
@@ -122,12 +154,20 @@ def learn_from_table(
                 commit(table)
             return table_truth.table_version(reader)
 
+        def commit_gaps() -> tuple[float, ...]:
+            try:
+                return table_truth.commit_gaps_s(reader, commits=CADENCE_COMMITS)
+            except table_truth.TableTruthError as exc:  # the configured settle period still applies
+                log.warning("%s: %s; waiting the configured settle period only", where, exc)
+                return ()
+
         caught = catch_up(
             lambda: table_truth.delivered_ranges(reader, source=source, partition=key.partition),
             version,
             cached=cached,
             settle_s=settings.catch_up_settle_s if settle else 0.0,
             max_s=settings.catch_up_max_s,
+            commit_gaps=commit_gaps,
         )
     except CatalogError as exc:  # TableTruthError included: the table's files could not be read
         # Safe to go on without it: the cache never claims a row that is not durable, so the worst case
@@ -142,10 +182,11 @@ def learn_from_table(
         )
         return ()
     log.info(
-        "%s: the table shows %d delivered position(s) after a %.1f s catch-up",
+        "%s: the table shows %d delivered position(s) after a %.1f s catch-up (settle period %.1f s)",
         where,
         intervals.covered_count(caught.ranges),
         caught.waited_s,
+        caught.settle_s,
     )
     if not caught.settled:
         log.warning(

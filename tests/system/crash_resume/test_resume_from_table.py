@@ -7,8 +7,11 @@ recorded), or on a state dir of its own (an empty cache: another host), against 
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -197,3 +200,75 @@ def test_rows_resent_after_crash_counts_every_duplicate_the_resume_sends(tmp_pat
     # Bounded by how far the killed writer got, not every row the resume sent.
     assert result.rows_resent_after_crash < result.rows_written
     assert runtime.health().rows_resent_after_crash == result.rows_resent_after_crash
+
+
+def longest_commit_gap_s(warehouse: Path) -> float:
+    """The longest gap between the table's data commits so far (0 before two): its commit cadence."""
+    try:
+        history = DeltaTable(table_uri(str(warehouse), TABLE)).history()
+    except Exception:  # not created yet
+        return 0.0
+    stamps = sorted(commit["timestamp"] for commit in history if commit["operation"] == "WRITE")
+    return max((later - earlier for earlier, later in itertools.pairwise(stamps)), default=0) / 1000.0
+
+
+@pytest.mark.slow  # ~17 s: two of the service's 2.5 s periods before the kill, then its settle period
+def test_another_host_waits_out_a_service_that_commits_slowly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The service commits every 2.5 s, longer than the configured 0.5 s settle period (a loaded Zerobus).
+    Host A is killed just after a commit, with rows acknowledged since; host B resumes at once. Read
+    between two commits, the table would look settled and B would send those rows again; the table's
+    own commit cadence (its recent data commits 2.5 s apart) makes B wait for the next commit."""
+    warehouse = tmp_path / "wh"
+    emulator = Emulator(
+        str(warehouse),
+        EmulatorConfig(time_to_table_s=2.5, iceberg_lag_s=0.0, per_stream_mb_s=1.0),
+        iceberg=False,
+    ).start()
+    try:
+        writer = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.support.truth_writer",
+                json.dumps(remote_settings(emulator, warehouse, tmp_path / "host-a")),
+                str(ROWS),
+                str(BATCH_ROWS),
+            ],
+            stdout=subprocess.DEVNULL,
+            cwd=Path(__file__).resolve().parents[3],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+        try:
+            deadline = time.monotonic() + 60
+            # Until A's commits span two of the service's periods (one period may commit in two steps,
+            # milliseconds apart, when rows arrive while it commits): the cadence shows in the log.
+            while longest_commit_gap_s(warehouse) < 2.0:
+                assert writer.poll() is None and time.monotonic() < deadline, "writer A ended early"
+                time.sleep(0.02)
+            time.sleep(0.3)  # rows acknowledged after that commit, not in the table until the next
+            writer.send_signal(signal.SIGKILL)
+            writer.wait(timeout=30)
+        finally:
+            if writer.poll() is None:
+                writer.kill()
+        visible_at_kill = len(offsets_in_table(warehouse))
+
+        runtime = acquire_runtime(
+            ZerobusConfig.model_validate(remote_settings(emulator, warehouse, tmp_path / "host-b"))
+        )
+        with caplog.at_level(logging.INFO, logger="zerobus_orchestration.resume_truth"):
+            result = runtime.write(TABLE, orders(ROWS, BATCH_ROWS), source=SOURCE)
+        emulator.materialize_now(TABLE)
+        present = offsets_in_table(warehouse)
+    finally:
+        close_all_runtimes()  # B's streams, before their service goes
+        emulator.stop()
+
+    assert pc.count_distinct(present).as_py() == ROWS
+    assert len(present) == ROWS, f"{len(present) - ROWS} row(s) A delivered were sent again"
+    # The fault acted: B skipped rows that reached the table only after the kill (it waited for them).
+    assert result.rows_skipped > visible_at_kill
+    settle = re.search(r"settle period ([0-9.]+) s", caplog.text)
+    assert settle is not None and float(settle.group(1)) >= 5.0  # twice the 2.5 s cadence, not 0.5 s

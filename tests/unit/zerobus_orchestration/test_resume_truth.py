@@ -14,7 +14,13 @@ from zerobus_orchestration.coverage import CoverageStore
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.reserved import OFFSET, SOURCE
 from zerobus_orchestration.resume import ResumeSlice
-from zerobus_orchestration.resume_truth import CaughtUp, TruthSkip, catch_up, learn_from_table
+from zerobus_orchestration.resume_truth import (
+    CaughtUp,
+    TruthSkip,
+    catch_up,
+    learn_from_table,
+    settle_period,
+)
 
 R = OffsetRange
 TABLE = "main.raw.t"
@@ -44,7 +50,11 @@ class FakeTable:
 
 
 def run(
-    table: FakeTable, cached: tuple[OffsetRange, ...] = (), settle_s: float = 1.0, max_s: float = 10.0
+    table: FakeTable,
+    cached: tuple[OffsetRange, ...] = (),
+    settle_s: float = 1.0,
+    max_s: float = 10.0,
+    gaps: Sequence[float] = (),
 ) -> CaughtUp:
     return catch_up(
         table.ranges,
@@ -52,6 +62,7 @@ def run(
         cached=cached,
         settle_s=settle_s,
         max_s=max_s,
+        commit_gaps=lambda: gaps,
         poll_s=0.1,
         clock=lambda: table.now,
         sleep=table.sleep,
@@ -89,6 +100,26 @@ def test_bounded_by_max_s_when_the_table_never_settles() -> None:
     table = FakeTable(timeline)
     caught = run(table, max_s=3.0)
     assert not caught.settled and 3.0 <= caught.waited_s < 3.2
+
+
+def test_a_table_committing_slowly_is_waited_for_longer_than_the_settle_period() -> None:
+    """The service commits every 3 s (the table's recent data commits show it): rows acknowledged before
+    the crash land 2.5 s into the catch-up. A fixed 1 s settle period would end before them."""
+    timeline = [(0.0, (R(0, 10),)), (2.5, (R(0, 30),))]
+    assert run(FakeTable(timeline)).ranges == (R(0, 10),)  # without the cadence: settled too early
+    table = FakeTable(timeline)
+    caught = run(table, gaps=(3.0, 2.9, 3.1))
+    assert caught.settled and caught.ranges == (R(0, 30),)
+    assert caught.settle_s == 6.2 and 8.7 <= table.now < 8.9  # twice the longest gap after the change
+
+
+def test_settle_period_from_the_commit_cadence() -> None:
+    assert settle_period(2.0, (), 30.0) == 2.0  # no history: the configured period
+    assert settle_period(2.0, (0.5, 0.8), 30.0) == 2.0  # committing faster than that
+    assert settle_period(2.0, (4.0, 1.0), 30.0) == 8.0
+    assert settle_period(2.0, (20.0,), 30.0) == 30.0  # never past the catch-up's bound
+    assert settle_period(2.0, (3600.0, 1.0), 30.0) == 2.0  # an hour between runs is idle time, not cadence
+    assert settle_period(0.0, (4.0,), 30.0) == 0.0  # nothing more can arrive: no wait at all
 
 
 def batches(n: int, size: int) -> list[ResumeSlice]:
