@@ -36,7 +36,7 @@ from zerobus_orchestration.emulator.daemon_handoff import config_for_daemon as c
 from zerobus_orchestration.emulator.daemon_handoff import daemon_paths
 from zerobus_orchestration.emulator.errors import EmulatorError
 from zerobus_orchestration.emulator.iceberg_rest import TableCredentialSource
-from zerobus_orchestration.emulator.own_process import freeze_startup_heap
+from zerobus_orchestration.emulator.own_process import freeze_startup_heap, yield_table_work
 from zerobus_orchestration.emulator.private import private_dir
 from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.emulator.start import start_emulator
@@ -76,6 +76,7 @@ def run_daemon(
         log.exception("zerobus emulator daemon %d could not start", os.getpid())
         return 1
     freeze_startup_heap()
+    yield_table_work()
     advert = Advertisement(
         pid=os.getpid(),
         endpoint=emulator.endpoint,

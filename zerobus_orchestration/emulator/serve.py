@@ -24,7 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from zerobus_orchestration.config import EmulatorConfig, ZerobusConfig
 from zerobus_orchestration.emulator.faults import FaultSpec, load_faults
-from zerobus_orchestration.emulator.own_process import freeze_startup_heap, keep_freed_memory
+from zerobus_orchestration.emulator.own_process import (
+    freeze_startup_heap,
+    keep_freed_memory,
+    yield_table_work,
+)
 from zerobus_orchestration.emulator.private import WELL_KNOWN_SECRET
 from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.emulator.unity.local_cloud import STATE_FILE_NAME
@@ -99,6 +103,7 @@ def run(
     )
     emulator.start()
     freeze_startup_heap()
+    yield_table_work()
     try:
         info = endpoints(emulator)
         if as_json:
