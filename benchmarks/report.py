@@ -59,10 +59,18 @@ SMALL: dict[str, list[str]] = {
 FULL: dict[str, list[str]] = {
     "pipelining": [],
     "emulator_throughput": [],
-    "scaling": ["--mb", "256"],
+    "scaling": ["--mb", "256", "--repetitions", "3"],
     "memory_100": ["--gb", "5", "--batch-mb", "100"],
     "memory_10": ["--gb", "5", "--batch-mb", "10"],
-    "scaling_no_iceberg": ["--mb", "256", "--configs", "1x1,4x1", "--emulator-arg=--no-iceberg"],
+    "scaling_no_iceberg": [
+        "--mb",
+        "256",
+        "--configs",
+        "1x1,4x1",
+        "--repetitions",
+        "3",
+        "--emulator-arg=--no-iceberg",
+    ],
 }
 REPORT_COMMAND = {
     "full": "make bench-report BENCH_REPORT_ARGS=--full",  # python benchmarks/report.py --full
@@ -265,6 +273,19 @@ def payload_note(data: dict[str, Any]) -> str:
     )
 
 
+def repetitions(rows: list[dict[str, Any]]) -> int:
+    """How many runs each scaling figure is the median of (1 for JSON from before ``--repetitions``)."""
+    return int(rows[0].get("repetitions", 1)) if rows else 1
+
+
+def spread(row: dict[str, Any], rate: str) -> str:
+    """``median (min-max)`` of a scaling rate, or the figure alone when it ran once."""
+    low, high = row.get(f"{rate}_min"), row.get(f"{rate}_max")
+    if low is None or high is None or int(row.get("repetitions", 1)) < 2:
+        return f"{row[rate]:.1f}"
+    return f"{row[rate]:.1f} ({low:.0f}-{high:.0f})"
+
+
 def scaling_section(data: dict[str, Any], where: str) -> list[str]:
     rows = data["results"]
     labels = [f"{r['streams']} x {r['tables']}" for r in rows]
@@ -301,13 +322,17 @@ def scaling_section(data: dict[str, Any], where: str) -> list[str]:
         "",
         payload_note(data),
         "",
-        f"| streams per table | tables | durable, {STAMPED} | visible, {STAMPED} | p50 ack s | p99 ack s |",
+        f"Each configuration ran {repetitions(rows)} time(s), interleaved with the others, on fresh "
+        "tables; every figure is the median of those runs, the rates with their lowest and highest.",
+        "",
+        f"| streams per table | tables | durable, {STAMPED} (median, min-max) | "
+        f"visible, {STAMPED} (median, min-max) | p50 ack s | p99 ack s |",
         "|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['streams']} | {r['tables']} | {r['mb_per_s_durable']:.1f} | {r['mb_per_s_visible']:.1f} | "
-            f"{r['p50_ack_s']:.3f} | {r['p99_ack_s']:.3f} |"
+            f"| {r['streams']} | {r['tables']} | {spread(r, 'mb_per_s_durable')} | "
+            f"{spread(r, 'mb_per_s_visible')} | {r['p50_ack_s']:.3f} | {r['p99_ack_s']:.3f} |"
         )
     lines += ["", f"![throughput vs streams]({throughput})", "", f"![ack latency]({latency})", ""]
     return lines
@@ -560,7 +585,7 @@ def limits_section(
         "",
         f"Transport: **{SDK}**. The same runs with the emulator's Iceberg mirror off "
         f"(`{without.get('_command', 'python benchmarks/scaling.py --emulator-arg=--no-iceberg')}`), "
-        f"in {STAMPED}:",
+        f"in {STAMPED} (median, min-max):",
         "",
         "| streams x tables | durable, default | durable, no Iceberg mirror | "
         "visible, default | visible, no Iceberg mirror |",
@@ -571,9 +596,9 @@ def limits_section(
         if base is None:
             continue
         lines.append(
-            f"| {r['streams']} x {r['tables']} | {base['mb_per_s_durable']:.1f} | "
-            f"{r['mb_per_s_durable']:.1f} | "
-            f"{base['mb_per_s_visible']:.1f} | {r['mb_per_s_visible']:.1f} |"
+            f"| {r['streams']} x {r['tables']} | {spread(base, 'mb_per_s_durable')} | "
+            f"{spread(r, 'mb_per_s_durable')} | "
+            f"{spread(base, 'mb_per_s_visible')} | {spread(r, 'mb_per_s_visible')} |"
         )
     hand = HAND_MEASURED
     cores = int(default.get("cpus") or os.cpu_count() or 1)
@@ -590,8 +615,8 @@ def limits_section(
     budget = PoolConfig().max_inflight_bytes
     four = by_config.get((4, 1))
     target = (
-        f"This run's 4 x 1 durable figure: **{four['mb_per_s_durable']:.1f} MB/s** (target >= 300, "
-        f"{'met' if four['mb_per_s_durable'] >= 300 else 'not met'})"
+        f"This run's 4 x 1 durable figure: **{spread(four, 'mb_per_s_durable')} MB/s** (median of "
+        f"{repetitions([four])}; target >= 300, {'met' if four['mb_per_s_durable'] >= 300 else 'not met'})"
         if four
         else "This run has no 4 x 1 configuration"
     )

@@ -18,8 +18,14 @@ the other in one emulator; each starts once the emulator is idle again (CPU unde
   GB of this process until durable, and of the emulator's process until durable and until visible
   (Linux ``/proc``; 0 elsewhere): what bounds the rate on a machine whose cores they share.
 
+``--repetitions N`` runs every configuration N times, interleaved (1x1, 2x1, ..., then 1x1, 2x1, ...
+again; fresh tables each time), and reports the median of each figure, with the lowest and highest
+durable and visible MB/s beside it (``mb_per_s_durable_min`` / ``_max``, ...): on a shared machine one
+burst of a few hundred MB varies by a fifth from run to run (where the materialiser's period falls).
+
     python benchmarks/scaling.py --json                # 256 MB per configuration
     python benchmarks/scaling.py --mb 1024 --json
+    python benchmarks/scaling.py --repetitions 3 --json   # each configuration 3 times: medians
     python benchmarks/scaling.py --smoke --json        # tiny run (CI): checks it works, not figures
 """
 
@@ -96,6 +102,12 @@ class Row:
     client_cpu_s_per_gb: float
     emulator_cpu_s_per_gb_durable: float
     emulator_cpu_s_per_gb_visible: float
+    # Over the repetitions (every other figure is their median; one repetition: min = max = the figure).
+    repetitions: int
+    mb_per_s_durable_min: float
+    mb_per_s_durable_max: float
+    mb_per_s_visible_min: float
+    mb_per_s_visible_max: float
 
 
 @dataclass(frozen=True)
@@ -266,12 +278,13 @@ def run_config(
     emulator_cpu_visible = cpu_seconds(emu.pid) - emulator_cpu
     stamped = stamped_mb(batches) * len(tables)
     gb = stamped / 1000
+    durable, visible = round(stamped / durable_s, 1), round(stamped / visible_s, 1)
     return Row(
         streams=streams,
         tables=len(tables),
         mb=round(stamped, 1),
-        mb_per_s_durable=round(stamped / durable_s, 1),
-        mb_per_s_visible=round(stamped / visible_s, 1),
+        mb_per_s_durable=durable,
+        mb_per_s_visible=visible,
         p50_ack_s=round(percentile(latencies, 50), 4),
         p99_ack_s=round(percentile(latencies, 99), 4),
         durable_s=round(durable_s, 3),
@@ -279,6 +292,38 @@ def run_config(
         client_cpu_s_per_gb=round(client_cpu_durable / gb, 2),
         emulator_cpu_s_per_gb_durable=round(emulator_cpu_durable / gb, 2),
         emulator_cpu_s_per_gb_visible=round(emulator_cpu_visible / gb, 2),
+        repetitions=1,
+        mb_per_s_durable_min=durable,
+        mb_per_s_durable_max=durable,
+        mb_per_s_visible_min=visible,
+        mb_per_s_visible_max=visible,
+    )
+
+
+def combine(runs: list[Row]) -> Row:
+    """One configuration's repetitions: the median of every figure, the spread of the two rates."""
+
+    def median(name: str) -> float:
+        return float(statistics.median(getattr(r, name) for r in runs))
+
+    return Row(
+        streams=runs[0].streams,
+        tables=runs[0].tables,
+        mb=runs[0].mb,
+        mb_per_s_durable=round(median("mb_per_s_durable"), 1),
+        mb_per_s_visible=round(median("mb_per_s_visible"), 1),
+        p50_ack_s=round(median("p50_ack_s"), 4),
+        p99_ack_s=round(median("p99_ack_s"), 4),
+        durable_s=round(median("durable_s"), 3),
+        visible_s=round(median("visible_s"), 3),
+        client_cpu_s_per_gb=round(median("client_cpu_s_per_gb"), 2),
+        emulator_cpu_s_per_gb_durable=round(median("emulator_cpu_s_per_gb_durable"), 2),
+        emulator_cpu_s_per_gb_visible=round(median("emulator_cpu_s_per_gb_visible"), 2),
+        repetitions=len(runs),
+        mb_per_s_durable_min=min(r.mb_per_s_durable for r in runs),
+        mb_per_s_durable_max=max(r.mb_per_s_durable for r in runs),
+        mb_per_s_visible_min=min(r.mb_per_s_visible for r in runs),
+        mb_per_s_visible_max=max(r.mb_per_s_visible for r in runs),
     )
 
 
@@ -297,24 +342,33 @@ def run(
     log: IO[bytes],
     scratch: str,
     emulator_args: tuple[str, ...] = (),
+    repetitions: int = 1,
 ) -> Result:
     warehouse = str(Path(scratch) / "warehouse")
     row_bytes = generate(1_000, 1_000)[0].nbytes / 1_000
     batches = generate(max(1, int(mb * MB / row_bytes)), batch_rows)
-    names = {(s, t): [f"main.bench_scaling.s{s}_t{t}_{i}" for i in range(t)] for s, t in configs}
+    names = {
+        (s, t, rep): [f"main.bench_scaling.s{s}_t{t}_r{rep}_{i}" for i in range(t)]
+        for s, t in configs
+        for rep in range(repetitions)
+    }
     gate = CatalogGate(LocalCatalog(warehouse))
     for tables in names.values():
         for table in tables:  # before the clock and before the emulator starts: it finds them at open
             gate.ensure(table, pa.schema([*PAYLOAD, *RESERVED_FIELDS]))
-    results = []
+    runs: dict[tuple[int, int], list[Row]] = {config: [] for config in configs}
     with emulator_process(warehouse, log, emulator_args) as emu:
         bypass_proxy_for_loopback(emu.endpoint)
         bypass_proxy_for_loopback(emu.workspace_url)
-        for streams, count in configs:
-            # Each configuration starts on an idle emulator: the previous one's Iceberg mirror work
-            # (it follows Delta-visible, which is all ``run_config`` waits for) must not share its clock.
-            wait_until_idle(emu.pid)
-            results.append(run_config(emu, warehouse, names[(streams, count)], streams, batches))
+        for rep in range(repetitions):
+            for streams, count in configs:
+                # Each configuration starts on an idle emulator: the previous one's Iceberg mirror work
+                # (it follows Delta-visible, which is all ``run_config`` waits for) must not share its
+                # clock.
+                wait_until_idle(emu.pid)
+                tables = names[(streams, count, rep)]
+                runs[(streams, count)].append(run_config(emu, warehouse, tables, streams, batches))
+    results = [combine(runs[config]) for config in configs]
     return Result(
         transport="official SDK (SdkTransport) + local emulator in its own process",
         emulator=" ".join(emulator_args) if emulator_args else DEFAULTS,
@@ -344,14 +398,18 @@ def render(result: Result) -> str:
         f"{result.transport}; {result.emulator}",
         f"{result.machine}; {result.mb_per_table} MB per table, batches of {result.batch_rows:,} rows",
         "",
-        f"{'streams':>8}{'tables':>8}{'MB/s durable':>14}{'MB/s visible':>14}"
-        f"{'p50 ack s':>11}{'p99 ack s':>11}",
+        f"{'streams':>8}{'tables':>8}{'MB/s durable':>14}{'(min-max)':>14}{'MB/s visible':>14}"
+        f"{'(min-max)':>14}{'p50 ack s':>11}{'p99 ack s':>11}",
     ]
     for r in result.results:
+        durable = f"{r.mb_per_s_durable_min:.0f}-{r.mb_per_s_durable_max:.0f}"
+        visible = f"{r.mb_per_s_visible_min:.0f}-{r.mb_per_s_visible_max:.0f}"
         lines.append(
-            f"{r.streams:>8}{r.tables:>8}{r.mb_per_s_durable:>14.1f}{r.mb_per_s_visible:>14.1f}"
-            f"{r.p50_ack_s:>11.3f}{r.p99_ack_s:>11.3f}"
+            f"{r.streams:>8}{r.tables:>8}{r.mb_per_s_durable:>14.1f}{durable:>14}{r.mb_per_s_visible:>14.1f}"
+            f"{visible:>14}{r.p50_ack_s:>11.3f}{r.p99_ack_s:>11.3f}"
         )
+    repetitions = result.results[0].repetitions if result.results else 1
+    lines.append(f"median of {repetitions} run(s) per configuration, interleaved")
     return "\n".join(lines)
 
 
@@ -373,25 +431,38 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(f"{s}x{t}" for s, t in CONFIGS),
         help="streams x tables to run (default %(default)s)",
     )
+    parser.add_argument(
+        "--repetitions", type=int, default=1, help="runs of each configuration, interleaved (medians)"
+    )
     parser.add_argument("--smoke", action="store_true", help=f"tiny run (CI), checks the shape ({SMOKE})")
     args = parser.parse_args(argv)
     if args.smoke:
         args.mb, args.batch_rows = SMOKE["mb"], int(SMOKE["batch_rows"])
-    if args.mb <= 0 or args.batch_rows < 1:
-        parser.error("--mb must be > 0 and --batch-rows >= 1")
+    if args.mb <= 0 or args.batch_rows < 1 or args.repetitions < 1:
+        parser.error("--mb must be > 0, --batch-rows and --repetitions >= 1")
     try:
         configs = tuple(
             (int(s), int(t)) for s, t in (item.split("x") for item in args.configs.split(",") if item)
         )
     except ValueError:
         parser.error(f"--configs: expected e.g. 1x1,2x1, got {args.configs!r}")
+    if len(set(configs)) != len(configs):  # the same tables twice: the second run would find its rows
+        parser.error(f"--configs lists a configuration twice ({args.configs}); use --repetitions")
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("RUST_LOG", "error")
     with tempfile.TemporaryDirectory(prefix="zerobus-scaling-", ignore_cleanup_errors=True) as scratch:
         log_path = Path(scratch) / "emulator.log"
         try:
             with log_path.open("wb") as log:
-                result = run(args.mb, args.batch_rows, configs, log, scratch, tuple(args.emulator_arg))
+                result = run(
+                    args.mb,
+                    args.batch_rows,
+                    configs,
+                    log,
+                    scratch,
+                    tuple(args.emulator_arg),
+                    args.repetitions,
+                )
         except BaseException:
             sys.stderr.write(log_path.read_text(errors="replace") if log_path.exists() else "")
             raise

@@ -185,6 +185,11 @@ SCALING_ROW = {
     "client_cpu_s_per_gb": NUMBER,
     "emulator_cpu_s_per_gb_durable": NUMBER,
     "emulator_cpu_s_per_gb_visible": NUMBER,
+    "repetitions": int,
+    "mb_per_s_durable_min": NUMBER,
+    "mb_per_s_durable_max": NUMBER,
+    "mb_per_s_visible_min": NUMBER,
+    "mb_per_s_visible_max": NUMBER,
 }
 
 
@@ -208,3 +213,13 @@ def test_scaling_smoke_prints_its_json_shape() -> None:
         assert_shape(row, SCALING_ROW, f"scaling.results[{i}]")
     # 1, 2 and 4 streams into one table, and two tables at once: every row visible in Delta.
     assert {(r["streams"], r["tables"]) for r in result["results"]} >= {(1, 1), (2, 1), (4, 1), (1, 2)}
+
+
+@pytest.mark.integration
+def test_scaling_repetitions_report_each_configuration_once_with_its_spread() -> None:
+    result = run_benchmark("scaling.py", "--smoke", "--json", "--configs", "1x1", "--repetitions", "2")
+    (row,) = result["results"]
+    assert_shape(row, SCALING_ROW, "scaling.results[0]")
+    assert row["repetitions"] == 2  # both runs, reported as one row: their median
+    for rate in ("mb_per_s_durable", "mb_per_s_visible"):
+        assert row[f"{rate}_min"] <= row[rate] <= row[f"{rate}_max"]
