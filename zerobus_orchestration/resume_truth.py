@@ -154,11 +154,15 @@ def learn_from_table(
                 commit(table)
             return table_truth.table_version(reader)
 
+        history_failed: list[str] = []
+
         def commit_gaps() -> tuple[float, ...]:
             try:
                 return table_truth.commit_gaps_s(reader, commits=CADENCE_COMMITS)
             except table_truth.TableTruthError as exc:  # the configured settle period still applies
-                log.warning("%s: %s; waiting the configured settle period only", where, exc)
+                if not history_failed:  # once per catch-up, not at every version it sees
+                    log.warning("%s: %s; waiting the configured settle period only", where, exc)
+                history_failed.append(str(exc))
                 return ()
 
         caught = catch_up(

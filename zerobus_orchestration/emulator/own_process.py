@@ -16,8 +16,8 @@ allocator and garbage collector are not the emulator's to retune.
   behind Parquet. Zerobus runs the two on separate machinery, so here those threads run at a lower
   priority (nice +10 over the process's): when the cores are free they run at full speed, in a burst
   the acknowledgements come first and the Delta commit a little later. benchmarks/scaling.py, 4
-  streams, six alternating runs each: durable 289 -> 319 MB/s (medians), the emulator's CPU until
-  durable 3.6 -> 3.0 s per GB; visible unchanged within the noise.
+  streams, four runs each alternating with the emulator without it (medians): durable 265 -> 290
+  MB/s, the emulator's CPU until durable 3.9 -> 3.4 s per GB, visible 159 -> 176 MB/s.
 * The garbage collector skips the startup heap. The modules loaded by then (Delta, Arrow, grpc,
   pydantic, the Iceberg mirror) are ~160k tracked objects that live as long as the process, and every
   full collection walked them all: ~5 % of the emulator's CPU samples in the same burst. ``gc.freeze``

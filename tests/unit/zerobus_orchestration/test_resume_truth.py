@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import write_deltalake
 
+from zerobus_orchestration import table_truth
 from zerobus_orchestration.catalog.local import LocalCatalog
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.coverage import CoverageStore
@@ -214,3 +217,29 @@ def test_learnt_positions_are_recorded_into_the_cache(tmp_path: Path) -> None:
         )
         == ()
     )
+
+
+def test_a_history_that_cannot_be_read_leaves_the_configured_settle_period(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The commit cadence is a refinement: without it the resume still reads the table, warned once."""
+    config = ZerobusConfig(warehouse=str(tmp_path / "wh"), coverage={"catch_up_settle_s": 0.2})  # type: ignore[arg-type]
+    catalog = LocalCatalog(str(tmp_path / "wh"), registry_path=tmp_path / "registry.sqlite")
+    write_deltalake(
+        catalog.location(TABLE), pa.table({SOURCE: ["s[p]"] * 2, OFFSET: pa.array([0, 1], pa.int64())})
+    )
+
+    def unreadable(*_: object, **__: object) -> tuple[float, ...]:
+        raise table_truth.TableTruthError("table main.raw.t: cannot read the Delta log's history")
+
+    monkeypatch.setattr(table_truth, "commit_gaps_s", unreadable)
+    key = CoverageKey("sink", "s[p]", "p")
+    with caplog.at_level(logging.WARNING), CoverageStore(tmp_path / "coverage.sqlite", TABLE) as store:
+        learnt = learn_from_table(
+            catalog, config, key, table=TABLE, source="s", cached=(), cache=store, commit=None, settle=True
+        )
+    assert learnt == (R(0, 2),)
+    assert [r.getMessage() for r in caplog.records if "history" in r.getMessage()] == [
+        "main.raw.t: s 'p': table main.raw.t: cannot read the Delta log's history; waiting the configured "
+        "settle period only"
+    ]
