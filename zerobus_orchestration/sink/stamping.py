@@ -106,7 +106,7 @@ class Stamper:
     """Appends the reserved columns for one source. Not thread-safe: the sink calls it under its lock."""
 
     def __init__(self, source: str) -> None:
-        self._source_scalar = pa.scalar(source, _SOURCE_TYPE)
+        self._source = source
         self._source_bytes = source.encode("utf-8")
         self._stamped_from: pa.Schema | None = None
         self._stamped_schema: pa.Schema | None = None
@@ -146,10 +146,10 @@ class Stamper:
         """
         ramp = self._ramp
         if ramp is None or len(ramp) != n:
-            ramp = self._ramp = pa.array(np.arange(n, dtype=np.int64))
+            ramp = self._ramp = _int64_array(np.arange(n, dtype=np.int64))
         if first == 0:
             return ramp
-        return _ADD.call([ramp, pa.scalar(first, pa.int64())])
+        return _ADD.call([ramp, _int64_scalar(first)])
 
     def _sources(self, n: int) -> pa.Array:
         """``n`` copies of the source tag (shared with the last batch when it had ``n`` rows too)."""
@@ -162,10 +162,25 @@ class Stamper:
         """``n`` copies of the source tag, built from two buffers (about 3x faster than ``pa.repeat``)."""
         width = len(self._source_bytes)
         if not pa.types.is_string(_SOURCE_TYPE) or width * n >= _MAX_STRING_DATA:
-            return pa.repeat(self._source_scalar, n)
+            return pa.repeat(pa.scalar(self._source, _SOURCE_TYPE), n)
         value_offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
         data = self._source_bytes * n
         return pa.Array.from_buffers(_SOURCE_TYPE, n, [None, pa.py_buffer(value_offsets), pa.py_buffer(data)])
+
+
+# Not ``pa.scalar(value)`` or ``pa.array(numpy_array)`` below: converting a Python object or a numpy array
+# makes pyarrow import pandas (if installed) on first use, ~35 MB and ~0.4 s in every writing process that
+# has not imported it already. Arrays over existing buffers do not.
+
+
+def _int64_scalar(value: int) -> pa.Scalar:
+    """``value`` as an Arrow int64 scalar, read from a one-value buffer."""
+    return pa.Array.from_buffers(pa.int64(), 1, [None, pa.py_buffer(array("q", [value]))])[0]
+
+
+def _int64_array(values: np.ndarray[Any, np.dtype[np.int64]]) -> pa.Array:
+    """A contiguous int64 numpy array as an Arrow array over the same memory (it keeps it alive)."""
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
 
 
 def _is_step_one(offsets: np.ndarray[Any, np.dtype[np.int64]]) -> bool:
