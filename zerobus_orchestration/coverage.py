@@ -42,7 +42,7 @@ from zerobus_orchestration.digest import RangeDigest
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.locations import is_local, local_path
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
-from zerobus_orchestration.retry import Backoff, poll_until
+from zerobus_orchestration.sqlite_wal import enable_wal
 from zerobus_orchestration.tables import TableName
 
 SCHEMA_VERSION = 2
@@ -353,7 +353,7 @@ def _configure(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
     # coverage, so what such a loss drops is the latest delivered ranges: coverage lags and a resume
     # re-sends them (duplicates), it never skips. ``forget`` is the one change whose loss would make
     # coverage lead (claim deleted rows), so it commits with FULL (see ``_durable``).
-    _enable_wal(conn, busy_timeout_s)
+    enable_wal(conn, busy_timeout_s)
     conn.execute(f"PRAGMA synchronous = {_APPEND_SYNC}")
     (version,) = conn.execute("PRAGMA user_version").fetchone()
     if version == SCHEMA_VERSION:
@@ -372,35 +372,6 @@ def _configure(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
                 f"coverage file has schema version {version}, this release reads {SCHEMA_VERSION}. "
                 "Fix: upgrade zerobus-orchestration, or point zerobus.coverage.location at a new file."
             )
-
-
-# Short first waits: a concurrent first opener holds the lock for milliseconds.
-_WAL_SWITCH_BACKOFF = Backoff(initial_s=0.005, max_s=0.25)
-
-
-def _enable_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
-    """Switch the file to WAL (a persistent, one-time change), waiting out concurrent first openers.
-
-    The switch from a rollback journal needs an exclusive lock, and SQLite answers ``database is
-    locked`` at once, without calling the busy handler, when another connection (a sibling ack lane,
-    another process) is opening the same new file. So retry here, with backoff, up to the busy timeout.
-    """
-    contended: list[sqlite3.OperationalError] = []
-
-    def switched() -> bool | None:
-        try:
-            (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
-            if str(mode).lower() != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
-            return True
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc):
-                raise
-            contended[:] = [exc]
-            return None
-
-    if poll_until(switched, timeout_s=busy_timeout_s, backoff=_WAL_SWITCH_BACKOFF) is None:
-        raise contended[-1]  # still locked at the busy timeout: SQLite's own error, as before
 
 
 def _parse_runs(text: str) -> tuple[OffsetRange, ...]:

@@ -39,6 +39,7 @@ from zerobus_orchestration.coverage import CoverageStore
 from zerobus_orchestration.ranges import CoverageKey
 from zerobus_orchestration.resume import ResumeSlice, resume_slices
 from zerobus_orchestration.resume_truth import TruthSkip, learn_from_table
+from zerobus_orchestration.sqlite_wal import enable_wal
 
 
 def resumed_pieces(
@@ -140,6 +141,7 @@ class ResumedPieces:
 
 
 MARKS_FILE = "resume_marks.sqlite"
+_BUSY_TIMEOUT_S = 30.0
 
 
 class HandedOut:
@@ -188,8 +190,10 @@ class HandedOut:
             self._path.parent.mkdir(parents=True, exist_ok=True)
             # Autocommit: each mark is its own transaction. The sink's feeder may iterate the pieces on
             # another thread than the one that read the mark; one user at a time.
-            conn = sqlite3.connect(self._path, timeout=30.0, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
+            conn = sqlite3.connect(
+                self._path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
+            enable_wal(conn, _BUSY_TIMEOUT_S)  # another step's resumed write may open the new file too
             conn.execute("PRAGMA synchronous=NORMAL")  # survives a killed process; power loss may lose one
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS handed_out (tbl TEXT NOT NULL, sink TEXT NOT NULL, "

@@ -154,15 +154,16 @@ def learn_from_table(
                 commit(table)
             return table_truth.table_version(reader)
 
-        history_failed: list[str] = []
+        warned = False
 
         def commit_gaps() -> tuple[float, ...]:
+            nonlocal warned
             try:
                 return table_truth.commit_gaps_s(reader, commits=CADENCE_COMMITS)
             except table_truth.TableTruthError as exc:  # the configured settle period still applies
-                if not history_failed:  # once per catch-up, not at every version it sees
+                if not warned:  # once per catch-up, not at every version it sees
                     log.warning("%s: %s; waiting the configured settle period only", where, exc)
-                history_failed.append(str(exc))
+                    warned = True
                 return ()
 
         caught = catch_up(

@@ -1,4 +1,4 @@
-"""The coverage file's one-time WAL switch waits out a concurrent first opener, then gives up loudly."""
+"""The one-time WAL switch of a SQLite file waits out a concurrent first opener, then gives up loudly."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any, cast
 
 import pytest
 
-from zerobus_orchestration.coverage import _enable_wal
+from zerobus_orchestration.sqlite_wal import enable_wal
 
 
 class _Cursor:
@@ -39,7 +39,7 @@ def _conn(fake: Any) -> sqlite3.Connection:
 
 def test_switch_retries_while_locked_then_sets_wal() -> None:
     fake = LockedThenFree(locked_for=3)
-    _enable_wal(_conn(fake), busy_timeout_s=5.0)
+    enable_wal(_conn(fake), busy_timeout_s=5.0)
     assert fake.statements[-2:] == ["PRAGMA journal_mode", "PRAGMA journal_mode = WAL"]
     assert len(fake.statements) == 5  # three locked attempts, then the read and the switch
 
@@ -47,12 +47,12 @@ def test_switch_retries_while_locked_then_sets_wal() -> None:
 def test_switch_still_locked_at_the_timeout_raises_sqlites_error() -> None:
     fake = LockedThenFree(locked_for=10**9)
     with pytest.raises(sqlite3.OperationalError, match="database is locked"):
-        _enable_wal(_conn(fake), busy_timeout_s=0.05)
+        enable_wal(_conn(fake), busy_timeout_s=0.05)
     assert len(fake.statements) > 1  # it did retry before giving up
 
 
 def test_other_sqlite_errors_are_not_retried() -> None:
     fake = LockedThenFree(locked_for=10**9, message="disk I/O error")
     with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
-        _enable_wal(_conn(fake), busy_timeout_s=5.0)
+        enable_wal(_conn(fake), busy_timeout_s=5.0)
     assert len(fake.statements) == 1
