@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 import zlib
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -46,6 +47,7 @@ from zerobus_orchestration.sink.errors import (
     PoolUnavailableError,
 )
 from zerobus_orchestration.sink.health import BudgetFigures, PoolHealth, SampleReservoir, pool_health
+from zerobus_orchestration.sink.lane_telemetry import LaneTelemetry
 from zerobus_orchestration.sink.member import Member, MemberState
 from zerobus_orchestration.sink.submit_retry import SubmitRetry
 from zerobus_orchestration.sink.supervisor import Supervisor
@@ -198,7 +200,7 @@ class StreamPool:
             for member in self._members:
                 with member.lock:
                     member.start_reopen(time.monotonic())
-            self._notify()
+            self.notify()
 
     def _await_first_open(self) -> None:
         """Let the supervisor open every member before the first batch, so the pool starts balanced.
@@ -210,7 +212,7 @@ class StreamPool:
         deadline = time.monotonic() + self.config.healthy_member_wait_s
         with self._cond:
             while any(m.state is MemberState.OPENING for m in self._members):
-                if self._supervisor.open_refusals and self._healthy_count():
+                if self._supervisor.open_refusals and self.healthy_count():
                     return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -315,7 +317,7 @@ class StreamPool:
                         )
                     )
                     return Submitted(member.index, seq, offset)
-            self._notify()
+            self.notify()
             if retry is None:
                 retry = SubmitRetry(self.table, self.config, self._supervisor)
             retry.after_failure(member, failure, error_class)
@@ -390,7 +392,7 @@ class StreamPool:
                 # The service refused this stream's reconnects: re-opening at once would be refused too.
                 # Back off pool-wide (retry hint honoured); the other members keep sending meanwhile.
                 self._supervisor.back_off(member, error, error_class, what="re-opening")
-        self._notify()
+        self.notify()
 
     def _start_rebuild_locked(self, member: Member, error: BaseException) -> None:
         """Hand a member whose stream failed to the supervisor (the caller holds ``member.lock``)."""
@@ -403,12 +405,29 @@ class StreamPool:
                 error,
             )
 
-    def _notify(self) -> None:
+    # -- what the supervisor uses (``supervisor.SupervisedPool``) --------------------------------------
+
+    @property
+    def members(self) -> Sequence[Member]:
+        return self._members
+
+    @property
+    def changed(self) -> threading.Condition:
+        """Notified whenever a member changes state, a submit fails or the pool closes."""
+        return self._cond
+
+    def notify(self) -> None:
         with self._cond:
             self._cond.notify_all()
 
-    def _healthy_count(self) -> int:
+    def healthy_count(self) -> int:
         return sum(1 for m in self._members if m.state is MemberState.HEALTHY)
+
+    def lane_telemetry(self, member: Member) -> LaneTelemetry:
+        """Where the lane of ``member``'s next stream reports (labels, and the pool's reservoirs)."""
+        return LaneTelemetry(
+            self.metrics, self.table, str(member.index), self._coalesce, self._latency, str(self.lane_kind)
+        )
 
     # -- draining -----------------------------------------------------------------------------------
 
@@ -510,7 +529,7 @@ class StreamPool:
             if self._closed:
                 return
             self._closing = True
-        self._notify()
+        self.notify()
         try:
             if self._schema is not None:
                 self.flush(timeout)

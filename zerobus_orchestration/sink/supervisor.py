@@ -23,12 +23,13 @@ import logging
 import random
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from zerobus_orchestration.errors import ErrorClass
 from zerobus_orchestration.retry import Backoff
-from zerobus_orchestration.sink.ack_lane import AckLane, LaneState
-from zerobus_orchestration.sink.confirmation import PendingAck, span_of
+from zerobus_orchestration.sink.ack_lane import AckLane, LaneObserver, LaneState
+from zerobus_orchestration.sink.confirmation import LaneKind, PendingAck, span_of
 from zerobus_orchestration.sink.errors import PoisonedBatchError, RebuildBudgetExceededError
 from zerobus_orchestration.sink.lane_telemetry import LaneTelemetry
 from zerobus_orchestration.sink.member import Member, MemberState
@@ -37,8 +38,10 @@ from zerobus_orchestration.transport.classify import classify, retry_delay_s
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from zerobus_orchestration.sink.pool import StreamPool
-    from zerobus_orchestration.transport.base import Stream
+    from zerobus_orchestration.config import PoolConfig
+    from zerobus_orchestration.metrics import SinkMetrics
+    from zerobus_orchestration.ranges import CoverageRecorder
+    from zerobus_orchestration.transport.base import Stream, Transport
 
 log = logging.getLogger("zerobus_orchestration.sink.pool")  # one logger for the pool and its thread
 
@@ -48,10 +51,40 @@ def backoff_ceiling(initial_s: float, max_s: float, failures: int) -> float:
     return Backoff(min(initial_s, max_s), max_s).delay(max(failures - 1, 0))
 
 
+class SupervisedPool(LaneObserver, Protocol):
+    """What the supervisor needs of its pool (``StreamPool``), and nothing more.
+
+    ``changed`` is the pool's condition: notified (``notify``) whenever a member changes state, a
+    submit fails or the pool closes; the supervisor waits on it between passes. The pool is the observer
+    of every lane the supervisor starts (``on_lane_failed``).
+    """
+
+    table: str
+    config: PoolConfig
+    metrics: SinkMetrics
+    transport: Transport
+    lane_kind: LaneKind
+    recorder: CoverageRecorder | None
+
+    @property
+    def members(self) -> Sequence[Member]: ...
+    @property
+    def changed(self) -> threading.Condition: ...
+    @property
+    def schema(self) -> pa.Schema | None: ...
+    @property
+    def closing(self) -> bool: ...
+    @property
+    def closed(self) -> bool: ...
+    def notify(self) -> None: ...
+    def healthy_count(self) -> int: ...
+    def lane_telemetry(self, member: Member) -> LaneTelemetry: ...
+
+
 class Supervisor:
     """Repairs one pool's members on its own thread. Shares the pool's condition, members and schema."""
 
-    def __init__(self, pool: StreamPool, *, seed: int | None = None) -> None:
+    def __init__(self, pool: SupervisedPool, *, seed: int | None = None) -> None:
         self._pool = pool
         self._rng = random.Random(seed)  # seeded: a test can replay the pool's jitter
         cfg = pool.config
@@ -102,26 +135,26 @@ class Supervisor:
     def _run(self) -> None:
         pool = self._pool
         while True:
-            with pool._cond:
+            with pool.changed:
                 if pool.closed:
                     return
                 now = time.monotonic()
-                due = [m for m in pool._members if m.needs_supervisor(now, closing=pool.closing)]
+                due = [m for m in pool.members if m.needs_supervisor(now, closing=pool.closing)]
                 if not due or now < self.open_not_before:
                     wake = [self.open_not_before] if due else []
                     if not pool.closing:
                         wake += [
                             m.reopen_at
-                            for m in pool._members
+                            for m in pool.members
                             if m.state is MemberState.FAILED and m.reopen_at is not None
                         ]
                     wake += [
                         m.open_not_before
-                        for m in pool._members
+                        for m in pool.members
                         if m.state is MemberState.REBUILDING and m.open_not_before > now
                     ]
                     timeout = min(wake) - now if wake else None
-                    pool._cond.wait(timeout if timeout is None else max(timeout, 0.001))
+                    pool.changed.wait(timeout if timeout is None else max(timeout, 0.001))
                     continue
             for member in due:
                 try:
@@ -190,7 +223,7 @@ class Supervisor:
             self.errors,
             ceiling,
         )
-        self._pool._notify()
+        self._pool.notify()
 
     # -- backoff --------------------------------------------------------------------------------------
 
@@ -215,10 +248,10 @@ class Supervisor:
             member.index,
             error_class,
             delay,
-            pool._healthy_count(),
+            pool.healthy_count(),
             exc,
         )
-        pool._notify()  # a first write waiting in _await_first_open may go ahead on the healthy members
+        pool.notify()  # a first write waiting in _await_first_open may go ahead on the healthy members
 
     def _pace_rebuild_locked(self, member: Member, *, barren: bool) -> None:
         """Back off before re-opening a member whose streams keep failing without delivering anything.
@@ -293,9 +326,7 @@ class Supervisor:
         its own schema), then is drained and re-opened with the new schema, like every other member.
         """
         pool, cfg = self._pool, self._pool.config
-        telemetry = LaneTelemetry(
-            pool.metrics, pool.table, str(member.index), pool._coalesce, pool._latency, str(pool.lane_kind)
-        )
+        telemetry = pool.lane_telemetry(member)
         lane = AckLane(
             stream,
             kind=pool.lane_kind,
@@ -343,7 +374,7 @@ class Supervisor:
                 member.index,
                 stream.stream_id,
             )
-            pool._notify()
+            pool.notify()
             return True
         if resubmit_error is not None:
             self._give_up(member, dropped, resubmit_error)
@@ -357,7 +388,7 @@ class Supervisor:
             stream.stream_id,
             f", {len(pending)} unacknowledged batch(es) re-submitted" if pending else "",
         )
-        pool._notify()
+        pool.notify()
         return True
 
     def fail_member(self, member: Member, error: BaseException) -> None:
@@ -377,7 +408,7 @@ class Supervisor:
             f"; re-opening it in {cooldown_s}s" if recoverable else "",
             error,
         )
-        pool._notify()
+        pool.notify()
 
     def _drop_rejected_locked(self, member: Member) -> list[PendingAck]:
         cfg = self._pool.config
