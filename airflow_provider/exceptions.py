@@ -7,4 +7,4 @@ retry can help.
 from __future__ import annotations
 
 # One reachability probe failed: the core's, which the runtime's start-up probe raises too.
-from zerobus_orchestration.reachability import ProbeError as ProbeError
+from zerobus_orchestration.transport.reachability import ProbeError as ProbeError

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from zerobus_orchestration.config import EmulatorConfig, EmulatorMode, ZerobusConfig
-from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
 
 TABLE = "main.bench.crash_resume"
 SOURCE = "crash"

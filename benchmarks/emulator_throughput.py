@@ -65,7 +65,7 @@ from deltalake import DeltaTable
 from zerobus_orchestration.catalog.catalog_gate import CatalogGate
 from zerobus_orchestration.catalog.local import LocalCatalog
 from zerobus_orchestration.config import PoolConfig, SdkStreamOptions
-from zerobus_orchestration.coverage import CoverageStore
+from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.emulator.private import WELL_KNOWN_SECRET
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import OffsetRange

@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from zerobus_orchestration.config import EmulatorConfig, PoolConfig, ZerobusConfig
-from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
 
 TABLE = "main.bench.memory"
 TEXT_PREFIX = "x" * 72

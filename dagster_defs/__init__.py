@@ -1,6 +1,6 @@
 """Dagster integration for zerobus-orchestration: resource, IO manager, contract assets, sensor, component.
 
-Everything here adapts the orchestrator-neutral runtime (``zerobus_orchestration.runtime``); nothing
+Everything here adapts the orchestrator-neutral runtime (``zerobus_orchestration.runtime.facade``); nothing
 imports ``airflow_provider``.
 """
 

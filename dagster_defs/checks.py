@@ -5,7 +5,7 @@
 - the asset ``<table>__contract`` (``raw/orders`` -> ``raw/orders__contract``) whose materialisation is
   the catalog reconciliation (create / evolve the table, stamp column comments); the plan goes into its
   metadata as JSON and markdown;
-- for ``primary_raw`` tables, one blocking check per primary-raw condition (``preconditions.py``:
+- for ``primary_raw`` tables, one blocking check per primary-raw condition (``catalog/preconditions.py``:
   registered, iceberg_reads, column_mapping, protocol, deletion_vectors_disabled), evaluated from the
   runtime's ``preconditions(table)``, which re-reads the table every time. A failed check names what is
   unmet and stops every asset that ``deps=[contract.key]`` — that is, the write.
@@ -31,10 +31,7 @@ from dagster_defs.naming import AssetOptions, contract_key_for, table_ref
 from dagster_defs.resource import ZerobusResource
 from dagster_defs.schemas import arrow_schema_from_column_schema, arrow_schema_from_contract
 from zerobus_orchestration.catalog.base import TableState, TableTags
-from zerobus_orchestration.config import Role
-from zerobus_orchestration.contracts import descriptions_from_contract, parse_comment
-from zerobus_orchestration.errors import ConfigError, PlanRefusedError
-from zerobus_orchestration.preconditions import (
+from zerobus_orchestration.catalog.preconditions import (
     COLUMN_MAPPING,
     DELETION_VECTORS_DISABLED,
     ICEBERG_READS,
@@ -42,6 +39,9 @@ from zerobus_orchestration.preconditions import (
     REGISTERED,
     Condition,
 )
+from zerobus_orchestration.config import Role
+from zerobus_orchestration.contracts import descriptions_from_contract, parse_comment
+from zerobus_orchestration.errors import ConfigError, PlanRefusedError
 
 # The primary-raw conditions, with what each check guards; names are the core's stable names.
 PRIMARY_RAW_CHECKS: Mapping[str, str] = {

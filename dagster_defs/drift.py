@@ -18,7 +18,7 @@ from dagster_defs.contract_definition import ContractRef, contract_from_metadata
 from dagster_defs.naming import contract_key_for
 from zerobus_orchestration.errors import WriteBoundaryError
 from zerobus_orchestration.reserved import is_reserved
-from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
 
 SCHEMA_CHANGES = "zerobus/schema_changes"
 UNDECLARED_COLUMN = "undeclared_column"

@@ -44,8 +44,8 @@ from dagster_defs.resource import ZerobusResource
 from zerobus_orchestration.config import Role
 from zerobus_orchestration.errors import NothingToVerifyError, PlanRefusedError, WriteBoundaryError
 from zerobus_orchestration.reserved import is_reserved
-from zerobus_orchestration.results import WriteResult
-from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
+from zerobus_orchestration.runtime.results import WriteResult
 from zerobus_orchestration.write_modes import WriteMode, source_tag
 
 SUPERSEDED = "zerobus/superseded_runs"  # output metadata of a replace write: the runs whose rows it deleted

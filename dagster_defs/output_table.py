@@ -17,7 +17,7 @@ from dagster_defs.drift import added_columns, refuse_undeclared, undeclared_cont
 from dagster_defs.metadata import COLUMN_SCHEMA, descriptions_from_column_schema
 from zerobus_orchestration.config import Role
 from zerobus_orchestration.reserved import is_reserved
-from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
 
 
 def role_and_descriptions(

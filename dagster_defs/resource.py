@@ -30,8 +30,8 @@ from zerobus_orchestration.config import (
     nest_keys,
 )
 from zerobus_orchestration.errors import ConfigError
-from zerobus_orchestration.runtime import WriteResult, ZerobusRuntime
-from zerobus_orchestration.runtime_registry import acquire_runtime, release_runtime
+from zerobus_orchestration.runtime.facade import WriteResult, ZerobusRuntime
+from zerobus_orchestration.runtime.registry import acquire_runtime, release_runtime
 from zerobus_orchestration.sink.sink import ZerobusSink
 
 log = logging.getLogger(__name__)

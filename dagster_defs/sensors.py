@@ -241,7 +241,7 @@ def _events_for(
 def _attempt(zerobus: ZerobusResource, target: WriteTarget) -> ReadbackOutcome:
     """One judged, read-only attempt; a config that builds no read-back service is judged the same way."""
     from zerobus_orchestration.readback.judge import outcome_of_error
-    from zerobus_orchestration.runtime_registry import readback_service
+    from zerobus_orchestration.runtime.registry import readback_service
 
     try:
         service = readback_service(zerobus.zerobus_config())

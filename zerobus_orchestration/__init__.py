@@ -34,12 +34,12 @@ if TYPE_CHECKING:
         ZerobusOrchestrationError,
     )
     from zerobus_orchestration.readback import ReadbackOutcome, ReadbackReport, ReadbackStatus
-    from zerobus_orchestration.results import WriteResult
-    from zerobus_orchestration.runtime import ZerobusRuntime
-    from zerobus_orchestration.runtime_registry import acquire_runtime, release_runtime
+    from zerobus_orchestration.runtime.facade import ZerobusRuntime
+    from zerobus_orchestration.runtime.registry import acquire_runtime, release_runtime
+    from zerobus_orchestration.runtime.results import WriteResult
     from zerobus_orchestration.sink import CommitInfo, DeliveryFailedError, Receipt, ZerobusSink
 
-__version__ = "0.1.0"
+from zerobus_orchestration._version import __version__
 
 # Public name -> the module it is imported from; tests/unit/test_public_api.py checks it against ``__all__``.
 _EXPORTS: dict[str, str] = {
@@ -47,10 +47,10 @@ _EXPORTS: dict[str, str] = {
     "ZerobusConfig": "zerobus_orchestration.config",
     "load_config": "zerobus_orchestration.config",
     # the per-process runtime: write, sink, read-back
-    "ZerobusRuntime": "zerobus_orchestration.runtime",
-    "acquire_runtime": "zerobus_orchestration.runtime_registry",
-    "release_runtime": "zerobus_orchestration.runtime_registry",
-    "WriteResult": "zerobus_orchestration.results",
+    "ZerobusRuntime": "zerobus_orchestration.runtime.facade",
+    "acquire_runtime": "zerobus_orchestration.runtime.registry",
+    "release_runtime": "zerobus_orchestration.runtime.registry",
+    "WriteResult": "zerobus_orchestration.runtime.results",
     "ZerobusSink": "zerobus_orchestration.sink",
     "Receipt": "zerobus_orchestration.sink",
     "CommitInfo": "zerobus_orchestration.sink",

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
-
-if TYPE_CHECKING:
-    from zerobus_orchestration.config import ZerobusConfig
+from typing import Final
 
 FILE_SCHEME: Final = "file://"
 
@@ -34,10 +31,10 @@ def absolute_warehouse(warehouse: str) -> str:
     return warehouse if "://" in warehouse else os.path.abspath(warehouse)
 
 
-def absolute_state_dir(config: ZerobusConfig) -> Path:
-    """``config.state_path`` made absolute: resolved once, against the starting directory.
+def absolute_state_dir(state_path: str) -> Path:
+    """A config's ``state_path`` made absolute: resolved once, against the starting directory.
 
     The runtime, the CLI, the catalog registry and the emulator daemon must agree on it, or a daemon
     started from another directory would keep its WAL and secret somewhere its clients do not look.
     """
-    return Path(os.path.abspath(local_path(config.state_path)))
+    return Path(os.path.abspath(local_path(state_path)))

@@ -32,7 +32,7 @@ class OffsetRange:
 
 
 class CoverageRecorder(Protocol):
-    """Where the ack lane records durably delivered ranges. Implemented by ``coverage.CoverageStore``.
+    """Where the ack lane records durably delivered ranges. Implemented by ``coverage.store.CoverageStore``.
 
     The ack lane records a whole burst with one ``record_many`` call (one store transaction), in
     offset order; ``record`` is the single-range form.

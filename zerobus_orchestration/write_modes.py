@@ -1,6 +1,6 @@
 """Write modes: ``append`` (every run adds its rows) and ``replace`` (a run supersedes its partition's).
 
-Values only; the replace step itself is ``supersede.py`` (docs/adr/0007-write-modes.md).
+Values only; the replace step itself is ``runtime/supersede.py`` (docs/adr/0007-write-modes.md).
 
 A run's coverage partition is ``"<logical partition>@<run>"`` (Dagster: the partition key and the root
 run id); the logical partition is what precedes the last ``@``. A tag with no ``@`` in its partition is

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from zerobus_orchestration.config import Role, ZerobusConfig
     from zerobus_orchestration.ranges import OffsetRange
     from zerobus_orchestration.readback.status import ReadbackOutcome
-    from zerobus_orchestration.runtime import WriteResult, ZerobusRuntime
+    from zerobus_orchestration.runtime.facade import WriteResult, ZerobusRuntime
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class ZerobusHook(BaseHook):
     def get_conn(self) -> ZerobusRuntime:
         """The process's runtime for this config, acquired on first call (starts the emulator if embedded)."""
         if self._runtime is None:
-            from zerobus_orchestration.runtime_registry import acquire_runtime
+            from zerobus_orchestration.runtime.registry import acquire_runtime
 
             config = self.get_config()
             self._runtime = acquire_runtime(config)
@@ -104,7 +104,7 @@ class ZerobusHook(BaseHook):
         runtime, self._runtime = self._runtime, None
         if runtime is None:
             return
-        from zerobus_orchestration.runtime_registry import release_runtime
+        from zerobus_orchestration.runtime.registry import release_runtime
 
         try:
             runtime.flush()
@@ -113,7 +113,7 @@ class ZerobusHook(BaseHook):
 
     def close_all(self) -> None:
         """Drain and close every runtime of this process (``on_kill``: the process is going away)."""
-        from zerobus_orchestration.runtime_registry import close_all_runtimes
+        from zerobus_orchestration.runtime.registry import close_all_runtimes
 
         self._runtime = None
         close_all_runtimes()
@@ -193,7 +193,7 @@ class ZerobusHook(BaseHook):
         duplicates (the attempt is then ``INCOMPLETE``).
         """
         from zerobus_orchestration.readback.judge import outcome_of_error
-        from zerobus_orchestration.runtime_registry import readback_service
+        from zerobus_orchestration.runtime.registry import readback_service
 
         try:
             service = readback_service(self.get_config())

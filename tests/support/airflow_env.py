@@ -74,8 +74,8 @@ def first_event() -> Callable[[Any], dict[str, Any]]:
 @pytest.fixture(scope="session", autouse=True)
 def _close_runtimes_and_home() -> Iterator[None]:
     yield
-    if "zerobus_orchestration.runtime_registry" in sys.modules:
-        from zerobus_orchestration.runtime_registry import close_all_runtimes
+    if "zerobus_orchestration.runtime.registry" in sys.modules:
+        from zerobus_orchestration.runtime.registry import close_all_runtimes
 
         close_all_runtimes()
     shutil.rmtree(AIRFLOW_HOME, ignore_errors=True)

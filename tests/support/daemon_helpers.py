@@ -94,7 +94,7 @@ class WorkerResult:
 
 def write_worker(warehouse: str, source: str, start: int, n: int, barrier: Any, out: Any) -> None:
     """One spawned process: acquire the daemon-mode runtime together with the other, then both write."""
-    from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes
+    from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes
 
     try:
         barrier.wait(60)  # both race to find or start the daemon: the start lock must admit one start

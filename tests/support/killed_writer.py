@@ -15,7 +15,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: ``tests`` is a package
 from tests.support.runtime_helpers import resume_config
-from zerobus_orchestration.runtime_registry import acquire_runtime
+from zerobus_orchestration.runtime.registry import acquire_runtime
 
 TABLE = "main.raw.resumed"
 SOURCE = "orders"

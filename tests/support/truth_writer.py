@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 from tests.support.killed_writer import SOURCE, TABLE, orders
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.emulator.faults import FaultSpec
-from zerobus_orchestration.runtime_registry import acquire_runtime
+from zerobus_orchestration.runtime.registry import acquire_runtime
 
 
 def main() -> None:

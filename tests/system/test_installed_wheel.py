@@ -36,7 +36,7 @@ dg.Definitions.validate_loadable(quickstart.defs)
 graph = quickstart.defs.resolve_asset_graph()
 # The README's quickstart run (`dg launch ... --job zerobus_job`), in process on a fresh warehouse.
 from dagster_defs import ZerobusResource
-from zerobus_orchestration.runtime_registry import close_all_runtimes
+from zerobus_orchestration.runtime.registry import close_all_runtimes
 resource = ZerobusResource(warehouse=sys.argv[1], options={"emulator.mode": "in_process"})
 run = quickstart.build_definitions(resource).resolve_job_def("zerobus_job").execute_in_process(
     run_config={"ops": {"raw__orders": {"config": {"rows": 2000}}}}

@@ -44,7 +44,7 @@ def test_provider_info_names_the_distribution() -> None:
 
 def test_cli_help_runs() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "zerobus_orchestration.cli", "--help"],
+        [sys.executable, "-m", "zerobus_orchestration.cli.main", "--help"],
         check=True,
         capture_output=True,
         text=True,

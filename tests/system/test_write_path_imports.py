@@ -43,12 +43,12 @@ def _modules_after(code: str, env: dict[str, str] | None = None) -> set[str]:
 
 def test_write_path_modules_import_no_readback_or_server() -> None:
     loaded = _modules_after(
-        "import zerobus_orchestration.runtime_registry\n"
-        "import zerobus_orchestration.embedded\n"
+        "import zerobus_orchestration.runtime.registry\n"
+        "import zerobus_orchestration.runtime.embedded\n"
         "import zerobus_orchestration.emulator.launcher  # daemon mode's client side"
     )
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
-    assert "zerobus_orchestration.runtime" in loaded  # the check ran against the write path itself
+    assert "zerobus_orchestration.runtime.facade" in loaded  # the check ran against the write path itself
 
 
 def test_cli_ingest_imports_no_readback_or_server_starting_the_daemon_or_using_it(tmp_path: Path) -> None:
@@ -67,13 +67,13 @@ def test_cli_ingest_imports_no_readback_or_server_starting_the_daemon_or_using_i
 
     try:
         starting = _modules_after(
-            "from zerobus_orchestration.cli import app\n"
+            "from zerobus_orchestration.cli.main import app\n"
             f"app({ingest('main.raw.first')!r}, standalone_mode=False)  # raises on a failed write",
             env=env,
         )
         assert starts_logged(warehouse) == 1  # this write started the daemon
         loaded = _modules_after(
-            "from zerobus_orchestration.cli import app\n"
+            "from zerobus_orchestration.cli.main import app\n"
             f"app({ingest('main.raw.events')!r}, standalone_mode=False)  # raises on a failed write",
             env=env,
         )
@@ -85,4 +85,4 @@ def test_cli_ingest_imports_no_readback_or_server_starting_the_daemon_or_using_i
     for modules in (starting, loaded):
         assert not modules & set(HEAVY), sorted(modules & set(HEAVY))
         # The write went through the daemon client, so the check covers that path, not an import error.
-        assert {"zerobus_orchestration.runtime", "zerobus_orchestration.emulator.launcher"} <= modules
+        assert {"zerobus_orchestration.runtime.facade", "zerobus_orchestration.emulator.launcher"} <= modules

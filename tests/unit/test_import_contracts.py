@@ -1,8 +1,10 @@
-"""The layering contracts of ``.importlinter`` hold, and they catch the emulator importing upward again.
+"""The layering contracts of ``.importlinter`` hold, and they break on an import back up a layer.
 
-Layers: adapters > runtime > {embedded, registry} > {sink, catalog, read-back, coverage} > transport >
-value modules; the emulator is a leaf reached only through ``embedded``. ``make lint`` runs the same
-check; these tests keep it from rotting into a contract that can no longer fail.
+Layers (docs/architecture.md#layers): cli | testing > runtime > resume | sink > coverage > catalog |
+readback | transport > value modules, each a folder; the emulator is a leaf beside them, reached only
+through ``runtime/embedded.py``. The layers contract is exhaustive: a module of the core that no layer
+names fails lint. ``make lint`` runs the same check; these tests keep it from rotting into a contract
+that can no longer fail.
 """
 
 from __future__ import annotations
@@ -52,13 +54,13 @@ def test_the_contracts_break_if_the_daemon_imports_the_runtime_again(tmp_path: P
     daemon = tmp_path / "zerobus_orchestration" / "emulator" / "daemon.py"
     daemon.write_text(
         daemon.read_text() + "\n\ndef _regress() -> None:\n"
-        "    from zerobus_orchestration.runtime import ZerobusRuntime  # noqa: F401\n"
+        "    from zerobus_orchestration.runtime.facade import ZerobusRuntime  # noqa: F401\n"
     )
     code, report = _lint_imports(tmp_path)
     assert code != 0, report
     assert "The emulator is a leaf" in report
     # The fault acted: the report names the very import added above (from the copy, not the repo).
-    assert "zerobus_orchestration.emulator.daemon -> zerobus_orchestration.runtime" in report
+    assert "zerobus_orchestration.emulator.daemon -> zerobus_orchestration.runtime.facade" in report
 
 
 def test_the_contracts_break_if_a_service_imports_the_emulator(tmp_path: Path) -> None:
@@ -72,3 +74,26 @@ def test_the_contracts_break_if_a_service_imports_the_emulator(tmp_path: Path) -
     assert code != 0, report
     assert "only through the embedded-mode module" in report
     assert "zerobus_orchestration.readback -> zerobus_orchestration.emulator.server" in report
+
+
+def test_the_contracts_break_on_an_import_back_up_a_layer(tmp_path: Path) -> None:
+    """Coverage sits below the runtime: a coverage module reaching up into it breaks the layers."""
+    _copy_tree(tmp_path)
+    store = tmp_path / "zerobus_orchestration" / "coverage" / "store.py"
+    store.write_text(
+        store.read_text() + "\n\ndef _regress() -> None:\n"
+        "    from zerobus_orchestration.runtime.results import WriteResult  # noqa: F401\n"
+    )
+    code, report = _lint_imports(tmp_path)
+    assert code != 0, report
+    assert "Layers of the core" in report
+    assert "zerobus_orchestration.coverage.store -> zerobus_orchestration.runtime.results" in report
+
+
+def test_a_module_no_layer_names_breaks_the_contracts(tmp_path: Path) -> None:
+    """Every module of the core has a layer: a new loose top-level module must be placed first."""
+    _copy_tree(tmp_path)
+    (tmp_path / "zerobus_orchestration" / "loose_service.py").write_text('"""Placed in no layer."""\n')
+    code, report = _lint_imports(tmp_path)
+    assert code != 0, report
+    assert "zerobus_orchestration.loose_service" in report

@@ -2,7 +2,7 @@
 
 Every backend (``local``: Delta log + SQLite registry; ``unity``: databricks-sdk) implements
 ``TableCatalog``. They share the pure planner (``catalog/plan.py``), the DDL renderer (``catalog/ddl.py``)
-and the primary-raw predicates (``preconditions.py``), all of which work over the values defined here:
+and the primary-raw predicates (``catalog/preconditions.py``), all of which work over the values defined here:
 
 - ``DesiredTable``: what the producer needs (Arrow schema + reserved columns, role, properties,
   creation-only properties, column descriptions, evolution policy). Built with ``DesiredTable.build``.
@@ -34,7 +34,7 @@ from zerobus_orchestration.storage import VendedCredentials as VendedCredentials
 from zerobus_orchestration.type_map import arrow_storage_type, arrow_type_of_delta, delta_type
 
 if TYPE_CHECKING:
-    from zerobus_orchestration.catalog.plan import ReconcilePlan
+    from zerobus_orchestration.catalog.steps import ReconcilePlan
 
 # Table property keys we own (custom ``twg.*`` keys; delta-rs accepts them only through
 # ``DeltaTable.create(raise_if_key_not_exists=False)`` / ``set_table_properties``).
@@ -114,7 +114,7 @@ class DesiredTable:
     # live columns missing from it are left alone instead of being refused as drops.
     subset: bool = False
     # Set only when the table is created (``CreateTable``), never diffed against a live table: the
-    # primary-raw properties (a drifted live value is refused by ``preconditions.py``, not set back)
+    # primary-raw properties (a drifted live value is refused by ``catalog/preconditions.py``, not set back)
     # and ``twg.source`` (the source the table was created for; later writers of other sources must
     # not flip it back and forth).
     create_properties: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))

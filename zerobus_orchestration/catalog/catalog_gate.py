@@ -36,11 +36,11 @@ from zerobus_orchestration.catalog.base import (
     TableTags,
 )
 from zerobus_orchestration.catalog.guard import conform_batch
+from zerobus_orchestration.catalog.preconditions import primary_raw_conditions, require_conditions
 from zerobus_orchestration.config import CommentPolicy, Role
 from zerobus_orchestration.contracts import ContractDescriptions
 from zerobus_orchestration.errors import PreconditionsUnmetError
 from zerobus_orchestration.metrics import SinkMetrics
-from zerobus_orchestration.preconditions import primary_raw_conditions, require_conditions
 from zerobus_orchestration.reserved import RESERVED_NAMES
 
 DEFAULT_RECHECK_INTERVAL_S = 60.0

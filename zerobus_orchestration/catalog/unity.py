@@ -41,7 +41,7 @@ from databricks.sdk.errors.base import DatabricksError
 from databricks.sdk.service.catalog import TableInfo
 from pydantic import SecretStr
 
-from zerobus_orchestration import __version__
+from zerobus_orchestration._version import __version__
 from zerobus_orchestration.catalog.base import (
     CHARS_NEEDING_COLUMN_MAPPING,
     COLUMN_MAPPING_MODE,

@@ -8,7 +8,7 @@ committing its write-ahead log to Delta and removing its advertisement.
 
     python -m zerobus_orchestration.emulator --warehouse ./wh --daemon --json   # started by hand
 
-The runtime starts it as ``python -m zerobus_orchestration.embedded --daemon``, which hands in the
+The runtime starts it as ``python -m zerobus_orchestration.runtime.embedded --daemon``, which hands in the
 credential vending (catalog code) this leaf package does not import.
 """
 

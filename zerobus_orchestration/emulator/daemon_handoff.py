@@ -1,6 +1,6 @@
 """What a client hands the daemon it starts, and where both find each other (no server code here).
 
-``launcher`` (the client side) starts ``python -m zerobus_orchestration.embedded --daemon`` with the
+``launcher`` (the client side) starts ``python -m zerobus_orchestration.runtime.embedded --daemon`` with the
 config on stdin and, when it replaces a dead daemon, its ports; ``daemon`` (the server side) reads the
 same. Both sides import these from here, so a client never loads the emulator's server, Iceberg REST
 facade and materialiser (~0.7 s of imports) just to find or start a daemon.
@@ -22,7 +22,7 @@ PREFER_PORTS_FLAG = "--prefer-ports"  # "GRPC,HTTP": a dead predecessor's ports,
 
 
 def daemon_paths(config: ZerobusConfig) -> DaemonPaths:
-    return DaemonPaths(absolute_state_dir(config))
+    return DaemonPaths(absolute_state_dir(config.state_path))
 
 
 def config_for_daemon(config: ZerobusConfig) -> str:
@@ -40,5 +40,5 @@ def config_for_daemon(config: ZerobusConfig) -> str:
     data = reveal(config.model_dump(mode="python"))
     if config.local_warehouse:
         data["warehouse"] = os.path.abspath(local_path(config.warehouse))
-    data["state_dir"] = str(absolute_state_dir(config))
+    data["state_dir"] = str(absolute_state_dir(config.state_path))
     return json.dumps(data, default=str)

@@ -4,7 +4,7 @@ Under ``<state>/emulator.lock``: use the advertised daemon if its pid is alive a
 check; otherwise start ``python -m <entry module> --daemon`` detached (its own session, output to
 ``<state>/emulator.log``, the config on stdin so secrets never reach argv) and wait, bounded, until it
 advertises itself and answers. Concurrent starters queue on the lock, so one daemon starts. The entry
-module is the embedded mode's (``zerobus_orchestration.embedded``, which adds credential vending) or,
+module is the embedded mode's (``zerobus_orchestration.runtime.embedded``, which adds credential vending) or,
 by default, this package's own.
 
 The client credentials are the warehouse's (``private.with_warehouse_secret``), read from the state

@@ -102,6 +102,6 @@ def with_warehouse_secret(config: ZerobusConfig) -> ZerobusConfig:
     """
     if config.emulator.client_secret.get_secret_value() != WELL_KNOWN_SECRET:
         return config
-    secret = warehouse_secret(absolute_state_dir(config))
+    secret = warehouse_secret(absolute_state_dir(config.state_path))
     emulator = config.emulator.model_copy(update={"client_secret": secret})
     return config.model_copy(update={"emulator": emulator})

@@ -203,7 +203,7 @@ def _run_daemon(args: argparse.Namespace, credentials_for: CredentialsFor | None
         # Serving the warehouse's own keys to every reader instead would be a silent downgrade.
         sys.stderr.write(
             "zerobus.credential_vending is enabled, and this entry point serves without vending; "
-            "start the shared emulator with: python -m zerobus_orchestration.embedded --daemon ...\n"
+            "start the shared emulator with: python -m zerobus_orchestration.runtime.embedded --daemon ...\n"
         )
         return 2
     credentials = None if credentials_for is None else credentials_for(config)

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 def start_emulator(config: ZerobusConfig, credentials: TableCredentialSource | None = None) -> Emulator:
     """The emulator of ``config.warehouse``, serving; ``credentials`` vends Iceberg readers' keys."""
-    state = absolute_state_dir(config)
+    state = absolute_state_dir(config.state_path)
     warehouse = absolute_warehouse(config.warehouse)
     emulator = Emulator(
         warehouse,

@@ -6,7 +6,7 @@ a raw anchor to a derived-lane stream (or the reverse) fails when the value is b
 batch is submitted, so the mismatch can never surface as a half-confirmed run.
 
 A coverage confirmation may carry the batch's payload rows (what the caller gave, before stamping).
-The ack lane then hashes them (``digest.rows_digest``) and records the digest with the range, so a
+The ack lane then hashes them (``coverage.digest.rows_digest``) and records the digest with the range, so a
 later resume can check that its input still holds those rows at those positions. Hashing runs on the
 lane's thread, off the push path, while the burst's acknowledgement is on its way (``hash_ahead``);
 the digest is recorded only after the durable ack, with its range.
@@ -24,7 +24,7 @@ from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from zerobus_orchestration.digest import RangeDigest, rows_digest
+from zerobus_orchestration.coverage.digest import RangeDigest, rows_digest
 from zerobus_orchestration.ranges import CoverageKey, CoverageRecorder, OffsetRange
 from zerobus_orchestration.sink.byte_budget import ByteBudget
 from zerobus_orchestration.sink.errors import ConfirmationLaneError
@@ -289,7 +289,7 @@ def fire(confirmation: Confirmation, recorder: CoverageRecorder | None) -> None:
 
 @runtime_checkable
 class DigestRecorder(Protocol):
-    """A ``CoverageRecorder`` that also keeps content digests (``coverage.CoverageStore``)."""
+    """A ``CoverageRecorder`` that also keeps content digests (``coverage.store.CoverageStore``)."""
 
     def record_delivered(
         self, items: Iterable[tuple[CoverageKey, OffsetRange]], digests: Iterable[RangeDigest]

@@ -52,7 +52,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 from pydantic import SecretStr
 
-from zerobus_orchestration import __version__
+from zerobus_orchestration._version import __version__
 from zerobus_orchestration.config import SdkStreamOptions, ZerobusConfig
 from zerobus_orchestration.errors import (
     ConcurrencyRejectedError,

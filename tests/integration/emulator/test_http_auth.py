@@ -20,7 +20,7 @@ from tests.support.emulator_helpers import TABLE
 from zerobus_orchestration.config import EmulatorConfig
 from zerobus_orchestration.emulator.private import SECRET_FILE, WELL_KNOWN_SECRET, with_warehouse_secret
 from zerobus_orchestration.emulator.server import Emulator
-from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
 from zerobus_orchestration.testing.settings import embedded_test_config
 
 FAULT = json.dumps({"kind": "reject_open", "table": TABLE}).encode()

@@ -29,7 +29,7 @@ from tests.support.emulator_helpers import (
     open_json,
     read_table,
 )
-from zerobus_orchestration.cli import app
+from zerobus_orchestration.cli.main import app
 from zerobus_orchestration.config import EmulatorConfig
 from zerobus_orchestration.emulator.errors import EmulatorError
 from zerobus_orchestration.emulator.records import batch_to_ipc

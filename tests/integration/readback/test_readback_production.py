@@ -17,14 +17,14 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from zerobus_orchestration.cli import app
+from zerobus_orchestration.cli.main import app
 from zerobus_orchestration.config import EmulatorConfig, ZerobusConfig
 from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.readback.auth import DatabricksOAuthHeader
 from zerobus_orchestration.readback.status import ReadbackStatus
-from zerobus_orchestration.readback_service import UC_ICEBERG_REST_PATH, ExpectedFrom, ReadbackService
-from zerobus_orchestration.runtime import ZerobusRuntime
-from zerobus_orchestration.runtime_registry import close_all_runtimes
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
+from zerobus_orchestration.runtime.readback_service import UC_ICEBERG_REST_PATH, ExpectedFrom, ReadbackService
+from zerobus_orchestration.runtime.registry import close_all_runtimes
 
 TABLE = "main.mh.events"
 READBACK = {"wait_timeout_s": 20, "poll_initial_s": 0.05, "poll_max_s": 0.3}

@@ -18,9 +18,9 @@ from zerobus_orchestration.config import CoverageConfig, ZerobusConfig
 from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.readback.endpoint import IcebergEndpoint
 from zerobus_orchestration.readback.status import ReadbackStatus
-from zerobus_orchestration.readback_service import ExpectedFrom, ReadbackService
-from zerobus_orchestration.runtime import ZerobusRuntime
-from zerobus_orchestration.runtime_registry import readback_service, running_runtime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
+from zerobus_orchestration.runtime.readback_service import ExpectedFrom, ReadbackService
+from zerobus_orchestration.runtime.registry import readback_service, running_runtime
 from zerobus_orchestration.testing.settings import embedded_test_config
 
 TABLE = "main.raw.read_only"
@@ -141,7 +141,7 @@ def test_nothing_delivered_for_the_key_is_nothing_to_verify(
 def test_the_process_service_borrows_a_running_runtime_and_a_runtime_replaces_a_standalone_one(
     config: ZerobusConfig,
 ) -> None:
-    from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes
+    from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes
 
     try:
         standalone = readback_service(config)

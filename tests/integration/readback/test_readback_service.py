@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 
 from zerobus_orchestration.errors import NothingToVerifyError
-from zerobus_orchestration.readback_service import ReadbackService
-from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
+from zerobus_orchestration.runtime.readback_service import ReadbackService
 from zerobus_orchestration.testing.settings import embedded_test_config
 
 TABLE = "main.raw.readback_service"

@@ -11,9 +11,9 @@ from deltalake import write_deltalake
 from zerobus_orchestration.catalog.base import DesiredTable
 from zerobus_orchestration.catalog.local import LocalCatalog
 from zerobus_orchestration.config import Role, ZerobusConfig
+from zerobus_orchestration.coverage.table_truth import delivered_ranges, reader_for
 from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.reserved import EMIT_TS, OFFSET, SOURCE
-from zerobus_orchestration.table_truth import delivered_ranges, reader_for
 from zerobus_orchestration.testing.moto_s3 import S3Lab
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ from tests.support.integration_env import FAST_POOL, TABLE, PoolFactory, sdk_tra
 from zerobus_orchestration.catalog.catalog_gate import CatalogGate
 from zerobus_orchestration.catalog.local import LocalCatalog
 from zerobus_orchestration.config import PoolConfig
-from zerobus_orchestration.coverage import CoverageStore
+from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.sink import StreamPool

@@ -14,8 +14,8 @@ import pytest
 
 from tests.support.integration_env import FAST_POOL, PoolFactory, delta_rows
 from zerobus_orchestration.catalog.catalog_gate import CatalogGate
-from zerobus_orchestration.coverage import CoverageStore
-from zerobus_orchestration.digest import rows_digest
+from zerobus_orchestration.coverage.digest import rows_digest
+from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.reserved import OFFSET

@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 from tests.support.integration_env import TABLE, PoolFactory, delta_rows, sdk_transport, wait_until
 from zerobus_orchestration.catalog.catalog_gate import CatalogGate
 from zerobus_orchestration.config import PoolConfig
-from zerobus_orchestration.coverage import CoverageStore
+from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.emulator.faults import FaultKind, FaultSpec
 from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.errors import ConcurrencyRejectedError, ErrorClass

@@ -23,13 +23,13 @@ from zerobus.sdk.shared import HeadersProvider
 from tests.support.integration_env import TABLE, PoolFactory, delta_rows, sdk_transport
 from zerobus_orchestration.catalog.catalog_gate import CatalogGate
 from zerobus_orchestration.config import PoolConfig
-from zerobus_orchestration.coverage import CoverageStore
+from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.emulator.faults import FaultKind, FaultSpec
 from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.reserved import OFFSET
-from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes
+from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes
 from zerobus_orchestration.sink import ZerobusSink
 from zerobus_orchestration.testing.settings import FAULT_TEST_SDK_OPTIONS, embedded_test_config
 from zerobus_orchestration.transport.sdk import SdkTransport
@@ -45,7 +45,7 @@ STALL_SDK = FAULT_TEST_SDK_OPTIONS.model_copy(
 ONE_STREAM = PoolConfig(min_streams=1, healthy_member_wait_s=10, rebuild_budget_s=10)
 ROWS_PER_BATCH = 100
 ACKED_BEFORE_STALL = 2
-SDK_LOGGERS = ("zerobus_orchestration.sink.ack_lane", "zerobus_orchestration.runtime")
+SDK_LOGGERS = ("zerobus_orchestration.sink.ack_lane", "zerobus_orchestration.runtime.facade")
 
 
 def payloads(batches: int) -> list[pa.RecordBatch]:

@@ -23,7 +23,7 @@ from tests.support.integration_env import (
     wait_until,
 )
 from zerobus_orchestration.catalog.catalog_gate import CatalogGate
-from zerobus_orchestration.coverage import CoverageStore
+from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.emulator.faults import FaultKind, FaultSpec
 from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange

@@ -24,13 +24,13 @@ import pyarrow.parquet as pq
 import pytest
 from airflow.sdk import DAG
 
-import zerobus_orchestration.runtime as runtime_module
+import zerobus_orchestration.runtime.facade as runtime_module
 from airflow_provider.hooks.zerobus import ZerobusHook
 from airflow_provider.operators.ingest import ZerobusIngestOperator
 from airflow_provider.sensors.readback import ZerobusReadbackSensor
 from tests.support.airflow_env import xcom
-from zerobus_orchestration import table_truth
-from zerobus_orchestration.supersede import Supersession
+from zerobus_orchestration.coverage import table_truth
+from zerobus_orchestration.runtime.supersede import Supersession
 from zerobus_orchestration.write_modes import latest_run_filter
 
 pytestmark = [

@@ -29,7 +29,7 @@ from airflow_provider.sensors.readback import ZerobusReadbackSensor
 from airflow_provider.triggers.readback import ZerobusReadbackTrigger
 from zerobus_orchestration import files as files_module
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
-from zerobus_orchestration.runtime import DEFAULT_SINK_ID, source_tag
+from zerobus_orchestration.runtime.facade import DEFAULT_SINK_ID, source_tag
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider.hooks.zerobus import ZerobusHook
 from airflow_provider.operators.ingest import ZerobusIngestOperator
 from zerobus_orchestration.ranges import CoverageKey
-from zerobus_orchestration.runtime import DEFAULT_SINK_ID, source_tag
+from zerobus_orchestration.runtime.facade import DEFAULT_SINK_ID, source_tag
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 from typer.testing import CliRunner
 
 from zerobus_orchestration.catalog.local import LocalCatalog
-from zerobus_orchestration.cli import app
+from zerobus_orchestration.cli.main import app
 from zerobus_orchestration.contracts import managed_comment
 
 T = "main.raw.events"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from zerobus_orchestration.cli import app
+from zerobus_orchestration.cli.main import app
 from zerobus_orchestration.readback import verify as readback_verify_module
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from zerobus_orchestration.cli_errors import EXIT_BAD_INPUT, EXIT_FAILURE, OneLineErrorsTyper, one_line
+from zerobus_orchestration.cli.errors import EXIT_BAD_INPUT, EXIT_FAILURE, OneLineErrorsTyper, one_line
 from zerobus_orchestration.errors import ConfigError
 
 SCRIPT = Path(sys.executable).with_name("zerobus-orch")

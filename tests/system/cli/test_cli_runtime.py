@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from zerobus_orchestration.cli import app
-from zerobus_orchestration.coverage import CoverageStore
+from zerobus_orchestration.cli.main import app
+from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
-from zerobus_orchestration.runtime import DEFAULT_SINK_ID
+from zerobus_orchestration.runtime.facade import DEFAULT_SINK_ID
 
 TABLE = "main.raw.events"
 

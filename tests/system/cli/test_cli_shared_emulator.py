@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.daemon_helpers import TABLE, daemon_config, kill_daemons, rows, state_of
 from zerobus_orchestration.emulator.advert import ADVERT_FILE, read_advertisement
-from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes
+from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes
 
 SCRIPT = Path(sys.executable).with_name("zerobus-orch")
 

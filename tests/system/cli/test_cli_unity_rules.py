@@ -21,7 +21,7 @@ from deltalake import DeltaTable
 from typer.testing import CliRunner
 
 from zerobus_orchestration.catalog.local import LocalCatalog
-from zerobus_orchestration.cli import app
+from zerobus_orchestration.cli.main import app
 
 DERIVED = "main.derived.totals"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zerobus_orchestration.coverage import CoverageStore
+from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 
 TABLES = ("main.raw.events", "main.raw.clicks")

@@ -32,8 +32,8 @@ from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.intervals import covered_count
 from zerobus_orchestration.reserved import OFFSET
 from zerobus_orchestration.reserved import SOURCE as SOURCE_COLUMN
-from zerobus_orchestration.runtime import ZerobusRuntime
-from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
+from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes
 from zerobus_orchestration.tables import table_uri
 from zerobus_orchestration.testing.settings import TEST_SDK_OPTIONS
 
@@ -258,7 +258,7 @@ def test_another_host_waits_out_a_service_that_commits_slowly(
         runtime = acquire_runtime(
             ZerobusConfig.model_validate(remote_settings(emulator, warehouse, tmp_path / "host-b"))
         )
-        with caplog.at_level(logging.INFO, logger="zerobus_orchestration.resume_truth"):
+        with caplog.at_level(logging.INFO, logger="zerobus_orchestration.resume.truth"):
             result = runtime.write(TABLE, orders(ROWS, BATCH_ROWS), source=SOURCE)
         emulator.materialize_now(TABLE)
         present = offsets_in_table(warehouse)

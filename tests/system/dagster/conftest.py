@@ -12,7 +12,7 @@ import pytest
 from dagster_defs import ZerobusIOManager, ZerobusResource
 from tests.support.dagster_support import fast_config
 from zerobus_orchestration.config import ZerobusConfig
-from zerobus_orchestration.runtime_registry import close_all_runtimes
+from zerobus_orchestration.runtime.registry import close_all_runtimes
 
 
 @pytest.fixture(autouse=True)

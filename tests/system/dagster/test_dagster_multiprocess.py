@@ -15,7 +15,7 @@ from tests.support.dagster_mp_parallel_job import ROWS as PARALLEL_ROWS
 from tests.support.dagster_support import fast_config
 from zerobus_orchestration.emulator.advert import ADVERT_FILE, LOG_FILE, pid_alive, read_advertisement
 from zerobus_orchestration.emulator.launcher import START_MARKER
-from zerobus_orchestration.runtime_registry import close_all_runtimes
+from zerobus_orchestration.runtime.registry import close_all_runtimes
 
 REPO = Path(__file__).resolve().parents[3]  # step processes import ``tests.support.*`` from here
 

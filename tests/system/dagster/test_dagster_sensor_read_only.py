@@ -16,7 +16,7 @@ import pytest
 from dagster_defs import ZerobusIOManager, ZerobusResource, build_readback_sensor
 from tests.support.dagster_support import fast_config
 from zerobus_orchestration.config import CoverageConfig
-from zerobus_orchestration.runtime_registry import close_all_runtimes, running_runtime
+from zerobus_orchestration.runtime.registry import close_all_runtimes, running_runtime
 
 KEY = dg.AssetKey(["raw", "taps"])
 EMPTY_RESULT = "Sensor function returned an empty result"

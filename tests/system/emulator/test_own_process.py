@@ -20,7 +20,7 @@ import pytest
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.emulator.own_process import TABLE_WORK_NICE_INCREMENT
 from zerobus_orchestration.emulator.private import WELL_KNOWN_SECRET
-from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="per-thread nice is Linux's")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.daemon_helpers import kill_daemons
-from zerobus_orchestration.runtime_registry import close_all_runtimes
+from zerobus_orchestration.runtime.registry import close_all_runtimes
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ from zerobus_orchestration.emulator.advert import (
     write_advertisement,
 )
 from zerobus_orchestration.emulator.errors import EmulatorDaemonError
-from zerobus_orchestration.runtime import ZerobusRuntime
-from zerobus_orchestration.runtime_registry import acquire_runtime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
+from zerobus_orchestration.runtime.registry import acquire_runtime
 
 
 def _dead_pid() -> int:

@@ -12,8 +12,8 @@ from pathlib import Path
 from tests.support.daemon_helpers import TABLE, daemon_config, rows, state_of, wait_until_gone
 from zerobus_orchestration.emulator.advert import ADVERT_FILE, read_advertisement
 from zerobus_orchestration.readback.status import ReadbackStatus
-from zerobus_orchestration.readback_service import ReadbackService
-from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes
+from zerobus_orchestration.runtime.readback_service import ReadbackService
+from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes
 
 
 def test_a_verifier_lets_the_daemon_idle_out_and_finds_its_successor(warehouse: Path) -> None:

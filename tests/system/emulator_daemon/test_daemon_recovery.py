@@ -20,7 +20,7 @@ from zerobus_orchestration.config import PoolConfig, ZerobusConfig
 from zerobus_orchestration.emulator.advert import ADVERT_FILE, LOG_FILE, http_json, pid_alive
 from zerobus_orchestration.emulator.handle import RemoteEmulator
 from zerobus_orchestration.emulator.private import SECRET_FILE
-from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
 
 
 def _config(warehouse: Path, *, faults: bool = False) -> ZerobusConfig:

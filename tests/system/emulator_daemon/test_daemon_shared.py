@@ -18,7 +18,7 @@ from tests.support.daemon_helpers import (
     write_worker,
 )
 from zerobus_orchestration.emulator.advert import ADVERT_FILE, pid_alive, read_advertisement
-from zerobus_orchestration.runtime_registry import acquire_runtime
+from zerobus_orchestration.runtime.registry import acquire_runtime
 
 ROWS = 3_000
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.runtime_helpers import fast_config
-from zerobus_orchestration.runtime import ZerobusRuntime
-from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
+from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes
 
 
 @pytest.fixture

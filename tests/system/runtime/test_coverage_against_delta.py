@@ -20,8 +20,8 @@ from tests.support.runtime_helpers import fast_config, resume_config
 from zerobus_orchestration.emulator.faults import FaultKind, FaultSpec
 from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.reserved import OFFSET, SOURCE
-from zerobus_orchestration.runtime import ZerobusRuntime
-from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
+from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes
 from zerobus_orchestration.tables import table_uri
 
 

@@ -10,7 +10,7 @@ import pytest
 from deltalake import DeltaTable
 
 from zerobus_orchestration.ranges import OffsetRange
-from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
 from zerobus_orchestration.tables import table_uri
 
 TABLE = "main.raw.holes"
@@ -52,7 +52,7 @@ def test_a_table_that_cannot_be_read_resumes_from_the_cache_alone(
     for data_file in DeltaTable(table_uri(runtime.config.warehouse, TABLE)).file_uris():
         Path(data_file).unlink()  # the log stands, its files are gone: the offsets cannot be read
 
-    with caplog.at_level(logging.WARNING, logger="zerobus_orchestration.runtime"):
+    with caplog.at_level(logging.WARNING, logger="zerobus_orchestration.runtime.facade"):
         result = runtime.write(TABLE, rows(0, 200), source="s")
     assert (result.rows_skipped, result.rows_written) == (100, 100)  # what the cache held, no more
     assert any(

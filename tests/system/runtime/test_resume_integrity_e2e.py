@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 
 from zerobus_orchestration.errors import ResumeMismatchError, ZerobusOrchestrationError
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
-from zerobus_orchestration.runtime import DEFAULT_SINK_ID, ZerobusRuntime, source_tag
+from zerobus_orchestration.runtime.facade import DEFAULT_SINK_ID, ZerobusRuntime, source_tag
 from zerobus_orchestration.tables import table_uri
 
 TABLE = "main.raw.orders_integrity"

@@ -12,11 +12,11 @@ from deltalake import DeltaTable
 
 from tests.support.runtime_helpers import fast_config
 from zerobus_orchestration.config import ZerobusConfig
-from zerobus_orchestration.coverage import CoverageStore
+from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.errors import ConfigError, PlanRefusedError, WriteBoundaryError
 from zerobus_orchestration.reserved import OFFSET, SOURCE
-from zerobus_orchestration.runtime import ZerobusRuntime, source_tag
-from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes, release_runtime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime, source_tag
+from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes, release_runtime
 from zerobus_orchestration.sink import CoverageNotRecordedError
 from zerobus_orchestration.tables import table_uri
 from zerobus_orchestration.transport.memory import MemoryTransport
@@ -244,7 +244,7 @@ def test_a_remote_runtime_warns_when_coverage_is_a_per_host_default(
         (ZerobusConfig(**remote, coverage={"location": str(tmp_path / "shared.sqlite")}), False),
     ):
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="zerobus_orchestration.runtime"):
+        with caplog.at_level(logging.WARNING, logger="zerobus_orchestration.runtime.facade"):
             ZerobusRuntime(config, transport=MemoryTransport()).close()
         assert ("zerobus.coverage.location" in caplog.text) is warns, caplog.text
         assert "sp-secret" not in caplog.text

@@ -11,8 +11,8 @@ import pytest
 
 from zerobus_orchestration.config import ZerobusConfig, load_config
 from zerobus_orchestration.errors import ConfigError
-from zerobus_orchestration.reachability import EndpointUnreachableError, probe_remote
-from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes
+from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes
+from zerobus_orchestration.transport.reachability import EndpointUnreachableError, probe_remote
 
 SECRET = "sp-secret-never-shown"
 

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
 from zerobus_orchestration.testing.settings import embedded_test_config
 
 pytestmark = pytest.mark.integration

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from zerobus_orchestration.errors import WriteBoundaryError
-from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
 
 TABLE = "main.raw.events"
 

@@ -23,7 +23,7 @@ from zerobus_orchestration.errors import (
 )
 from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.reserved import OFFSET
-from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
 from zerobus_orchestration.sink.errors import PartialSendError
 from zerobus_orchestration.sink.slicing import ROW_TOO_LARGE
 from zerobus_orchestration.tables import table_uri

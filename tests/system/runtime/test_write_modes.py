@@ -6,13 +6,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from zerobus_orchestration import table_truth
 from zerobus_orchestration.config import Role
+from zerobus_orchestration.coverage import table_truth
 from zerobus_orchestration.errors import CatalogError, ConfigError
 from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.readback.status import ReadbackStatus
 from zerobus_orchestration.reserved import SOURCE
-from zerobus_orchestration.runtime import ZerobusRuntime
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
 
 TABLE = "main.derived.daily"
 

@@ -32,8 +32,8 @@ from zerobus_orchestration.config import (
 from zerobus_orchestration.emulator.iceberg_rest import EXPIRES_AT_MS
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.reserved import OFFSET
-from zerobus_orchestration.runtime import ZerobusRuntime
-from zerobus_orchestration.runtime_registry import acquire_runtime, close_all_runtimes
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
+from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes
 from zerobus_orchestration.storage import CredentialCache
 from zerobus_orchestration.tables import table_uri
 from zerobus_orchestration.testing.moto_s3 import S3Lab

@@ -29,7 +29,7 @@ from dagster_defs.schemas import arrow_schema_from_column_schema, arrow_schema_f
 from dagster_defs.sensors import ReadbackCursor, WriteTarget, recovery_run_key
 from zerobus_orchestration.config import Role, ZerobusConfig
 from zerobus_orchestration.errors import ConfigError
-from zerobus_orchestration.runtime import WriteResult
+from zerobus_orchestration.runtime.facade import WriteResult
 
 
 @pytest.mark.parametrize(

@@ -86,7 +86,7 @@ def test_every_public_exception_says_whether_a_retry_can_help(name: str) -> None
 def test_private_exceptions_are_only_control_flow() -> None:
     """An ``_``-prefixed exception is internal control flow; it must stay rare and never be exported."""
     private = sorted(name for name, cls in ALL.items() if cls.__name__.startswith("_"))
-    assert private == ["zerobus_orchestration.resume_check._Mismatch"]
+    assert private == ["zerobus_orchestration.resume.check._Mismatch"]
 
 
 @pytest.mark.parametrize(
@@ -180,8 +180,8 @@ def test_table_name_error_names_the_name_and_the_part() -> None:
 
 def test_plan_refused_and_preconditions_unmet_carry_the_table_and_columns() -> None:
     from zerobus_orchestration.catalog.plan import ReconcilePlan, Refuse
+    from zerobus_orchestration.catalog.preconditions import Condition, require_conditions
     from zerobus_orchestration.errors import PlanRefusedError, PreconditionsUnmetError
-    from zerobus_orchestration.preconditions import Condition, require_conditions
 
     plan = ReconcilePlan("main.raw.t", (Refuse("main.raw.t", "small", "narrowing", "BIGINT", "INT"),))
     with pytest.raises(PlanRefusedError) as refused:
@@ -206,7 +206,7 @@ def test_write_boundary_error_lists_every_failing_column() -> None:
 
 def test_resume_input_error_names_table_and_column() -> None:
     from zerobus_orchestration.errors import ResumeInputError
-    from zerobus_orchestration.resume import resume_slices
+    from zerobus_orchestration.resume.slices import resume_slices
 
     batch = pa.record_batch({"offset": pa.array([-1], pa.int64())})
     with pytest.raises(ResumeInputError) as info:

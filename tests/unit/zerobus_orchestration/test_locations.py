@@ -45,13 +45,13 @@ def test_state_dir_is_absolute_and_follows_the_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    assert absolute_state_dir(ZerobusConfig(warehouse="wh")) == tmp_path / "wh" / STATE_DIR_NAME
+    assert absolute_state_dir(ZerobusConfig(warehouse="wh").state_path) == tmp_path / "wh" / STATE_DIR_NAME
     assert (
-        absolute_state_dir(ZerobusConfig(warehouse=f"file://{tmp_path}/wh"))
+        absolute_state_dir(ZerobusConfig(warehouse=f"file://{tmp_path}/wh").state_path)
         == tmp_path / "wh" / STATE_DIR_NAME
     )
-    assert absolute_state_dir(ZerobusConfig(warehouse="wh", state_dir="st")) == tmp_path / "st"
-    remote = absolute_state_dir(ZerobusConfig(warehouse="s3://bucket/prefix"))
+    assert absolute_state_dir(ZerobusConfig(warehouse="wh", state_dir="st").state_path) == tmp_path / "st"
+    remote = absolute_state_dir(ZerobusConfig(warehouse="s3://bucket/prefix").state_path)
     assert remote.is_absolute() and os.fspath(remote) == os.path.abspath(
         ZerobusConfig(warehouse="s3://bucket/prefix").state_path
     )
@@ -65,7 +65,7 @@ def test_daemon_resolves_the_same_state_dir(tmp_path: Path, monkeypatch: pytest.
 
     monkeypatch.chdir(tmp_path)
     cfg = ZerobusConfig(warehouse="file://wh", state_dir="st")
-    assert daemon_paths(cfg).state == absolute_state_dir(cfg) == tmp_path / "st"
+    assert daemon_paths(cfg).state == absolute_state_dir(cfg.state_path) == tmp_path / "st"
     sent = json.loads(config_for_daemon(cfg))
     assert sent["state_dir"] == str(tmp_path / "st")
     assert sent["warehouse"] == str(tmp_path / "wh")

@@ -17,10 +17,10 @@ import pytest
 from tests.support.uc_fixtures import Backend
 from zerobus_orchestration.catalog.base import Access, DesiredTable, TableTags
 from zerobus_orchestration.catalog.plan import plan
+from zerobus_orchestration.catalog.preconditions import check_primary_raw, unmet
 from zerobus_orchestration.config import CommentPolicy, Role
 from zerobus_orchestration.contracts import managed_comment
 from zerobus_orchestration.errors import CatalogError, ConfigError, NotSupportedError, PlanRefusedError
-from zerobus_orchestration.preconditions import check_primary_raw, unmet
 
 TABLE = "main.raw.events"
 

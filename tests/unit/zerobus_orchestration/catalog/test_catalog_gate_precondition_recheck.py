@@ -19,15 +19,15 @@ from zerobus_orchestration.catalog.base import PROP_SOURCE, DesiredTable, TableS
 from zerobus_orchestration.catalog.catalog_gate import CatalogGate
 from zerobus_orchestration.catalog.local import LocalCatalog
 from zerobus_orchestration.catalog.plan import SetProperty
-from zerobus_orchestration.config import PoolConfig, Role
-from zerobus_orchestration.errors import PreconditionsUnmetError
-from zerobus_orchestration.metrics import SinkMetrics
-from zerobus_orchestration.preconditions import (
+from zerobus_orchestration.catalog.preconditions import (
     DELETION_VECTORS_DISABLED,
     ICEBERG_READS,
     check_primary_raw,
     unmet,
 )
+from zerobus_orchestration.config import PoolConfig, Role
+from zerobus_orchestration.errors import PreconditionsUnmetError
+from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.sink import StreamPool, ZerobusSink
 from zerobus_orchestration.transport.memory import MemoryTransport
 
@@ -165,7 +165,7 @@ def test_cli_plan_apply_refuses_a_drifted_table_and_repairs_it_only_with_repair(
     import pyarrow.parquet as pq
     from typer.testing import CliRunner
 
-    from zerobus_orchestration.cli import app
+    from zerobus_orchestration.cli.main import app
 
     wh = str(tmp_path / "wh")
     schema_file = tmp_path / "s.parquet"

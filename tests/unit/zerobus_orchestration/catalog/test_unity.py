@@ -12,6 +12,7 @@ from pydantic import SecretStr
 
 from zerobus_orchestration.catalog.base import Access, DesiredTable, TableState
 from zerobus_orchestration.catalog.plan import SetProperty
+from zerobus_orchestration.catalog.preconditions import check_primary_raw, unmet
 from zerobus_orchestration.catalog.unity import (
     StatementPolling,
     UnityCatalog,
@@ -26,7 +27,6 @@ from zerobus_orchestration.errors import (
     StatementFailedError,
     UnsupportedType,
 )
-from zerobus_orchestration.preconditions import check_primary_raw, unmet
 from zerobus_orchestration.testing import FakeUnityCatalog
 from zerobus_orchestration.testing.uc_fake import IssuedCredentials, SyntheticIssuer
 from zerobus_orchestration.testing.uc_state import FakeTable

@@ -14,11 +14,11 @@ from prometheus_client import CollectorRegistry
 
 from zerobus_orchestration.catalog.base import DesiredTable
 from zerobus_orchestration.catalog.catalog_gate import CatalogGate
+from zerobus_orchestration.catalog.preconditions import ICEBERG_READS, check_primary_raw, unmet
 from zerobus_orchestration.catalog.unity import UnityCatalog
 from zerobus_orchestration.config import PoolConfig, Role
 from zerobus_orchestration.errors import PreconditionsUnmetError
 from zerobus_orchestration.metrics import SinkMetrics
-from zerobus_orchestration.preconditions import ICEBERG_READS, check_primary_raw, unmet
 from zerobus_orchestration.sink import StreamPool, ZerobusSink
 from zerobus_orchestration.testing import FakeUnityCatalog
 from zerobus_orchestration.transport.memory import MemoryTransport

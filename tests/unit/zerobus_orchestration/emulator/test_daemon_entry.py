@@ -1,6 +1,6 @@
 """The shared daemon vends Iceberg credentials only through the embedded-mode entry point.
 
-Vending is catalog code, which the emulator does not import: ``python -m zerobus_orchestration.embedded
+Vending is catalog code, which the emulator does not import: ``python -m zerobus_orchestration.runtime.embedded
 --daemon`` (what ``emulator.launcher`` starts for the runtime) hands it in; the emulator's own entry
 point refuses a config that asks for vending rather than serve the warehouse's keys to every reader.
 """
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from zerobus_orchestration import embedded
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.emulator import daemon, serve
+from zerobus_orchestration.runtime import embedded
 from zerobus_orchestration.storage import CredentialCache
 
 ARGS = ["--warehouse", "s3://bucket/wh", "--daemon", "--config-stdin"]
@@ -63,4 +63,4 @@ def test_the_emulator_entry_point_refuses_to_serve_without_the_vending_it_was_as
         serve.main(ARGS)
     assert exited.value.code == 2
     assert served == []  # it never started serving
-    assert "python -m zerobus_orchestration.embedded --daemon" in capsys.readouterr().err
+    assert "python -m zerobus_orchestration.runtime.embedded --daemon" in capsys.readouterr().err

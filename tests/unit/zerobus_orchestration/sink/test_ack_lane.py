@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from tests.support.sink_helpers import KEY, ScriptedStream, make_lane, one_row, span
-from zerobus_orchestration.digest import RangeDigest, rows_digest
+from zerobus_orchestration.coverage.digest import RangeDigest, rows_digest
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.sink import confirmation as confirmation_module
@@ -324,7 +324,7 @@ def test_batch_size_is_measured_once_and_carried_through_a_resubmission(metrics:
 
 @dataclass
 class DigestKeeper:
-    """A recorder that keeps digests (``record_delivered``), as ``coverage.CoverageStore`` does."""
+    """A recorder that keeps digests (``record_delivered``), as ``coverage.store.CoverageStore`` does."""
 
     delivered: list[tuple[list[OffsetRange], list[RangeDigest]]] = field(default_factory=list)
 

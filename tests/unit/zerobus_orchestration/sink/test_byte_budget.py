@@ -17,8 +17,8 @@ import pytest
 
 from tests.support.sink_helpers import TABLE, positions_landed, rows
 from zerobus_orchestration.config import PoolConfig
-from zerobus_orchestration.coverage import CoverageStore
-from zerobus_orchestration.digest import rows_digest
+from zerobus_orchestration.coverage.digest import rows_digest
+from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.errors import SinkClosedError
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange

@@ -1,0 +1,130 @@
+"""Delivered positions read from the raw table's own Delta log (real Delta tables on a tmp dir)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from zerobus_orchestration.catalog.local import LocalCatalog
+from zerobus_orchestration.config import ZerobusConfig
+from zerobus_orchestration.coverage.table_truth import (
+    TableReader,
+    TableTruthError,
+    _offsets_via_datafusion,
+    commit_gaps_s,
+    delivered_offsets,
+    delivered_ranges,
+    offsets_to_ranges,
+    reader_for,
+    table_version,
+)
+from zerobus_orchestration.ranges import OffsetRange
+from zerobus_orchestration.reserved import OFFSET, SOURCE
+
+
+def rows(tag: str, offsets: list[int]) -> pa.Table:
+    return pa.table(
+        {
+            "order_id": pa.array(offsets, pa.int64()),
+            SOURCE: pa.array([tag] * len(offsets), pa.string()),
+            OFFSET: pa.array(offsets, pa.int64()),
+        }
+    )
+
+
+def reader(path: Path) -> TableReader:
+    return TableReader("main.raw.t", str(path), {})
+
+
+def test_ranges_of_one_source_and_partition_merged_across_commits(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    write_deltalake(str(table), rows("orders", [0, 1, 2, 3]))
+    write_deltalake(str(table), rows("orders", [4, 5, 9, 10, 3]), mode="append")  # 3 again: a duplicate
+    write_deltalake(str(table), rows("orders[p1]", [6, 7, 8]), mode="append")  # another partition
+    write_deltalake(str(table), rows("orders2", [6, 7, 8]), mode="append")  # another source
+    assert delivered_ranges(reader(table), source="orders") == (OffsetRange(0, 6), OffsetRange(9, 11))
+    assert delivered_ranges(reader(table), source="orders", partition="p1") == (OffsetRange(6, 9),)
+    assert delivered_ranges(reader(table), source="nobody") == ()
+    assert len(delivered_offsets(reader(table), source="orders")) == 9  # duplicates kept for counting
+
+
+def test_files_of_other_sources_are_pruned_before_reading(tmp_path: Path) -> None:
+    """Only files whose statistics admit the tag are opened: the other source's file is gone and unread."""
+    table = tmp_path / "t"
+    write_deltalake(str(table), rows("a", [0, 1, 2]))
+    write_deltalake(str(table), rows("b", [0, 1]), mode="append")
+    (b_file,) = DeltaTable(str(table)).file_uris(file_pruning_predicate=[(SOURCE, "=", "b")])
+    Path(b_file).unlink()
+    assert delivered_ranges(reader(table), source="a") == (OffsetRange(0, 3),)
+    with pytest.raises(TableTruthError, match=r"main\.raw\.t"):  # the pruning above is what spared "a"
+        delivered_ranges(reader(table), source="b")
+
+
+def test_a_table_written_without_statistics_still_filters_rows(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    no_stats = {"delta.dataSkippingNumIndexedCols": "0"}
+    write_deltalake(str(table), rows("a", [0, 1, 5]), configuration=no_stats)
+    write_deltalake(str(table), rows("b", [2, 3]), mode="append")
+    assert delivered_ranges(reader(table), source="a") == (OffsetRange(0, 2), OffsetRange(5, 6))
+
+
+def test_the_datafusion_path_reads_the_same_offsets(tmp_path: Path) -> None:
+    """The reader for tables pyarrow datasets refuse (column mapping, deletion vectors), quoting included."""
+    table = tmp_path / "t"
+    write_deltalake(str(table), rows("it's", [3, 4]))
+    write_deltalake(str(table), rows("other", [0]), mode="append")
+    offsets = _offsets_via_datafusion(DeltaTable(str(table)), "it's")
+    assert sorted(offsets.to_pylist()) == [3, 4]
+    assert len(_offsets_via_datafusion(DeltaTable(str(table)), "nobody")) == 0
+
+
+def test_offsets_to_ranges() -> None:
+    assert offsets_to_ranges(pa.array([], pa.int64())) == ()
+    assert offsets_to_ranges(pa.array([5, 1, 2, 2, 0, 7, 6], pa.int64())) == (
+        OffsetRange(0, 3),
+        OffsetRange(5, 8),
+    )
+
+
+def test_reader_for_a_local_catalog(tmp_path: Path) -> None:
+    config = ZerobusConfig(warehouse=str(tmp_path / "wh"))
+    catalog = LocalCatalog(str(tmp_path / "wh"), registry_path=tmp_path / "registry.sqlite")
+    assert reader_for(catalog, config, "main.raw.t") is None  # no table yet
+    location = catalog.location("main.raw.t")
+    write_deltalake(location, rows("a", [0]))  # written by another host: unknown to this registry
+    found = reader_for(catalog, config, "main.raw.t")
+    assert found is not None and found.uri == location and found.table == "main.raw.t"
+    assert delivered_ranges(found, source="a") == (OffsetRange(0, 1),)
+    assert table_version(found) == 0
+
+
+def test_reader_keeps_storage_options_secret() -> None:
+    from pydantic import SecretStr
+
+    found = TableReader("main.raw.t", "s3://b/t", {"AWS_SECRET_ACCESS_KEY": SecretStr("hunter2")})
+    assert "hunter2" not in repr(found)
+
+
+def test_commit_gaps_count_data_commits_only(tmp_path: Path) -> None:
+    """The service's cadence: gaps between commits that added rows; schema changes and deletes are not
+    the service's commits, and a delete between two writes must not split their gap."""
+    path = tmp_path / "t"
+    DeltaTable.create(str(path), rows("a", [0]).schema)  # CREATE TABLE: no rows
+    time.sleep(0.6)
+    write_deltalake(str(path), rows("a", [0, 1]), mode="append")
+    time.sleep(0.3)
+    DeltaTable(str(path)).delete(f"{OFFSET} = 1")  # rewrites the file (adds one): not the service's
+    time.sleep(0.3)
+    write_deltalake(str(path), rows("a", [1]), mode="append")
+    (gap,) = commit_gaps_s(reader(path), commits=10)
+    assert 0.55 <= gap < 2.0  # the two writes' gap; the 0.6 s after the CREATE is not cadence
+    assert commit_gaps_s(reader(path), commits=1) == ()  # one commit: no gap yet
+
+
+def test_commit_gaps_of_a_missing_table_raise(tmp_path: Path) -> None:
+    with pytest.raises(TableTruthError, match="history"):
+        commit_gaps_s(reader(tmp_path / "none"), commits=10)

@@ -1,0 +1,3 @@
+from zerobus_orchestration.cli.main import main
+
+main()

@@ -1,0 +1,413 @@
+"""Gap-aware delivered ranges, kept in a SQLite file beside the raw table.
+
+A row of the store says: in table T, sink S durably delivered positions ``[start, end)`` of
+(source, partition). Ranges of one key are always stored normalised (disjoint, non-adjacent); a write
+*union-merges* into them inside one ``BEGIN IMMEDIATE`` transaction, so concurrent writers from several
+threads or processes can never overwrite each other's ranges (no last-write-wins).
+
+Design: one store object per target table. ``CoverageStore(location, table)`` binds the table, so the
+ack lane keeps calling ``record(key, span)`` (the ``CoverageRecorder`` protocol) with no table argument
+while every row still carries the table (``table_catalog``, ``table_schema``, ``table_name``
+columns) and several tables share one file. Queries are scoped to the bound table.
+
+Coverage never leads the table. Two writers add ranges: the ack lane, only after a durable ``RawAnchor``
+acknowledgement, and a resume's catch-up, with positions it read in the table itself
+(``resume/truth.py``). One caller removes them: ``forget``, for the runs a ``replace`` has just deleted
+from the table (``runtime/supersede.py``). Merges never shrink a range.
+
+Beside the ranges, ``coverage_digests`` keeps the content digest of each delivered batch (see
+``coverage/digest.py``), written in the same transaction as the batch's range. Digests are append-only, one
+row per delivered batch, never merged: a resume checks its input against them before skipping.
+Schema version 2 added that table; a version 1 file is upgraded in place (the table is only added),
+and its ranges, recorded without digests, are resumed unverified with a warning.
+
+SQLite's locking needs a local filesystem: for an ``s3://`` warehouse the default file lives in the local
+``zerobus.state_dir`` (see ``ZerobusConfig.state_path``), never on the object store. Each thread gets its
+own connection; a store inherited across ``fork`` opens fresh connections in the child and never touches
+the parent's.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+
+from zerobus_orchestration import intervals
+from zerobus_orchestration.config import ZerobusConfig
+from zerobus_orchestration.coverage.digest import RangeDigest
+from zerobus_orchestration.coverage.sqlite_wal import enable_wal
+from zerobus_orchestration.errors import ConfigError
+from zerobus_orchestration.locations import is_local, local_path
+from zerobus_orchestration.ranges import CoverageKey, OffsetRange
+from zerobus_orchestration.tables import TableName
+
+SCHEMA_VERSION = 2
+_UPGRADABLE_VERSIONS = (1,)  # older versions this release upgrades in place (additive changes only)
+DEFAULT_BUSY_TIMEOUT_S = 30.0
+
+_SCHEMA = (
+    """
+    CREATE TABLE IF NOT EXISTS coverage_ranges (
+        table_catalog TEXT NOT NULL,
+        table_schema  TEXT NOT NULL,
+        table_name    TEXT NOT NULL,
+        sink          TEXT NOT NULL,
+        source        TEXT NOT NULL,
+        partition_key TEXT NOT NULL,
+        start_offset  INTEGER NOT NULL CHECK (start_offset >= 0),
+        end_offset    INTEGER NOT NULL CHECK (end_offset > start_offset),
+        PRIMARY KEY (table_catalog, table_schema, table_name, sink, source, partition_key, start_offset)
+    ) WITHOUT ROWID
+    """,
+    # covered_by_source() unions across sinks; without this index it would scan the whole table.
+    """
+    CREATE INDEX IF NOT EXISTS coverage_by_source
+        ON coverage_ranges (table_catalog, table_schema, table_name, source, partition_key, start_offset)
+    """,
+    # Version 2. One row per delivered batch; ``runs`` is NULL when the batch held every position of
+    # [start_offset, end_offset), else its exact ranges as "start-end,start-end" (declared offsets).
+    # ``seq`` (the rowid) orders records: a later one supersedes the earlier ones it overlaps.
+    """
+    CREATE TABLE IF NOT EXISTS coverage_digests (
+        seq           INTEGER PRIMARY KEY,
+        table_catalog TEXT NOT NULL,
+        table_schema  TEXT NOT NULL,
+        table_name    TEXT NOT NULL,
+        sink          TEXT NOT NULL,
+        source        TEXT NOT NULL,
+        partition_key TEXT NOT NULL,
+        start_offset  INTEGER NOT NULL CHECK (start_offset >= 0),
+        end_offset    INTEGER NOT NULL CHECK (end_offset > start_offset),
+        row_count     INTEGER NOT NULL CHECK (row_count > 0),
+        runs          TEXT,
+        algorithm     TEXT NOT NULL,
+        digest        BLOB NOT NULL
+    )
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS coverage_digests_by_key
+        ON coverage_digests (table_catalog, table_schema, table_name, sink, source, partition_key, seq)
+    """,
+)
+
+_TABLE_FILTER = "table_catalog = ? AND table_schema = ? AND table_name = ?"
+_KEY_FILTER = f"{_TABLE_FILTER} AND sink = ? AND source = ? AND partition_key = ?"
+
+
+def coverage_path(location: str | os.PathLike[str]) -> Path:
+    """The local file behind a coverage location; refuses object-store URIs SQLite cannot lock."""
+    text = os.fspath(location)
+    if not is_local(text):
+        raise ConfigError(
+            f"coverage location {text!r} is not a local file: SQLite needs a local filesystem. "
+            "Fix: set zerobus.coverage.location (ZEROBUS_COVERAGE__LOCATION) to a local path."
+        )
+    return Path(local_path(text))
+
+
+class CoverageStore:
+    """Delivered ranges for one target table, in a SQLite file that many processes may share.
+
+    Implements ``ranges.CoverageRecorder``. Thread-safe; safe for several processes writing at once.
+    """
+
+    def __init__(
+        self,
+        location: str | os.PathLike[str],
+        table: TableName | str,
+        *,
+        busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    ) -> None:
+        self.path = coverage_path(location)
+        self.table = TableName.parse(table) if isinstance(table, str) else table
+        self._busy_timeout_s = busy_timeout_s
+        self._table_params = (self.table.catalog, self.table.schema, self.table.table)
+        self._local = threading.local()
+        self._registry_lock = threading.Lock()
+        self._opened: list[tuple[int, sqlite3.Connection]] = []
+        self._closed = False
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    @classmethod
+    def from_config(cls, config: ZerobusConfig, table: TableName | str) -> CoverageStore:
+        """The store at ``config.coverage_location`` (default ``<state_dir>/coverage.sqlite``)."""
+        return cls(config.coverage_location, table)
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    def record(self, key: CoverageKey, span: OffsetRange) -> None:
+        """Union-merge one durably delivered span into ``key``'s coverage."""
+        self.record_many([(key, span)])
+
+    def record_many(self, items: Iterable[tuple[CoverageKey, OffsetRange]]) -> None:
+        """Union-merge several spans in one transaction (one ack-lane drain, one commit)."""
+        self.record_delivered(items, ())
+
+    def record_delivered(
+        self, items: Iterable[tuple[CoverageKey, OffsetRange]], digests: Iterable[RangeDigest]
+    ) -> None:
+        """Union-merge spans and append their batches' content digests, in one transaction.
+
+        One transaction, so a range is never durable in the store without the digest that vouches for
+        it (a crash in between would leave a range a resume cannot verify).
+        """
+        by_key: dict[CoverageKey, list[OffsetRange]] = defaultdict(list)
+        for key, span in items:
+            by_key[key].append(span)
+        batches = {key: intervals.merge(spans) for key, spans in by_key.items()}
+        batches = {key: spans for key, spans in batches.items() if spans}
+        rows = [self._digest_row(digest) for digest in digests]
+        if not batches and not rows:
+            return
+        conn = self._connection()
+        with _immediate(conn):
+            for key, spans in batches.items():
+                for span in spans:
+                    self._merge_span(conn, key, span)
+            if rows:
+                conn.executemany(
+                    "INSERT INTO coverage_digests (table_catalog, table_schema, table_name, sink, source, "
+                    "partition_key, start_offset, end_offset, row_count, runs, algorithm, digest) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+
+    def _digest_row(self, digest: RangeDigest) -> tuple[object, ...]:
+        runs = None if digest.runs is None else ",".join(f"{r.start}-{r.end}" for r in digest.runs)
+        return (
+            *self._key_params(digest.key),
+            digest.span.start,
+            digest.span.end,
+            digest.rows,
+            runs,
+            digest.algorithm,
+            digest.digest,
+        )
+
+    def _merge_span(self, conn: sqlite3.Connection, key: CoverageKey, span: OffsetRange) -> None:
+        # Every stored range that overlaps or touches the span is folded into one range; the others
+        # are untouched. Runs inside BEGIN IMMEDIATE, so no other writer can interleave.
+        touching = [
+            OffsetRange(start, end)
+            for start, end in conn.execute(
+                f"SELECT start_offset, end_offset FROM coverage_ranges WHERE {_KEY_FILTER} "
+                "AND start_offset <= ? AND end_offset >= ?",
+                (*self._key_params(key), span.end, span.start),
+            )
+        ]
+        (merged,) = intervals.union(touching, [span])
+        if touching == [merged]:
+            return  # already covered: idempotent, no write
+        conn.executemany(
+            f"DELETE FROM coverage_ranges WHERE {_KEY_FILTER} AND start_offset = ?",
+            [(*self._key_params(key), old.start) for old in touching],
+        )
+        conn.execute(
+            "INSERT INTO coverage_ranges (table_catalog, table_schema, table_name, sink, source, "
+            "partition_key, start_offset, end_offset) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (*self._key_params(key), merged.start, merged.end),
+        )
+
+    def forget(self, keys: Iterable[CoverageKey]) -> None:
+        """Drop every range and digest of ``keys``: their rows were deleted (a ``replace`` write)."""
+        params = [self._key_params(key) for key in keys]
+        if not params:
+            return
+        conn = self._connection()
+        with _durable(conn), _immediate(conn):
+            for table in ("coverage_ranges", "coverage_digests"):
+                conn.executemany(f"DELETE FROM {table} WHERE {_KEY_FILTER}", params)
+
+    # -- queries ----------------------------------------------------------------------------------
+
+    def ranges(self, key: CoverageKey) -> tuple[OffsetRange, ...]:
+        """Covered ranges of ``key``, sorted, disjoint, non-adjacent."""
+        rows = self._connection().execute(
+            f"SELECT start_offset, end_offset FROM coverage_ranges WHERE {_KEY_FILTER} ORDER BY start_offset",
+            self._key_params(key),
+        )
+        return tuple(OffsetRange(start, end) for start, end in rows)
+
+    def digests(self, key: CoverageKey) -> tuple[RangeDigest, ...]:
+        """Every content digest recorded for ``key``, oldest first (``seq`` order)."""
+        rows = self._connection().execute(
+            "SELECT seq, start_offset, end_offset, row_count, runs, algorithm, digest FROM coverage_digests "
+            f"WHERE {_KEY_FILTER} ORDER BY seq",
+            self._key_params(key),
+        )
+        return tuple(
+            RangeDigest(
+                key,
+                OffsetRange(start, end),
+                None if runs is None else _parse_runs(runs),
+                count,
+                bytes(digest),
+                algorithm,
+                seq,
+            )
+            for seq, start, end, count, runs, algorithm, digest in rows
+        )
+
+    def gaps(self, key: CoverageKey, n: int) -> tuple[OffsetRange, ...]:
+        """The parts of ``[0, n)`` that ``key`` has not covered."""
+        return intervals.gaps(self.ranges(key), n)
+
+    def high_water(self, key: CoverageKey) -> int:
+        """Contiguous high-water: every position below it is covered (the first gap's start)."""
+        return intervals.high_water(self.ranges(key))
+
+    def keys(self, sink: str | None = None, source: str | None = None) -> tuple[CoverageKey, ...]:
+        """Keys with any coverage in this table, optionally filtered by sink and/or source."""
+        sql = f"SELECT DISTINCT sink, source, partition_key FROM coverage_ranges WHERE {_TABLE_FILTER}"
+        params: list[str] = list(self._table_params)
+        if sink is not None:
+            sql += " AND sink = ?"
+            params.append(sink)
+        if source is not None:
+            sql += " AND source = ?"
+            params.append(source)
+        rows = self._connection().execute(sql + " ORDER BY sink, source, partition_key", params)
+        return tuple(CoverageKey(s, src, part) for s, src, part in rows)
+
+    def covered_by_source(self, source: str, partition: str = "") -> tuple[OffsetRange, ...]:
+        """Union across every sink of what (source, partition) has delivered: the input to a resume."""
+        rows = self._connection().execute(
+            f"SELECT start_offset, end_offset FROM coverage_ranges WHERE {_TABLE_FILTER} "
+            "AND source = ? AND partition_key = ?",
+            (*self._table_params, source, partition),
+        )
+        return intervals.merge(OffsetRange(start, end) for start, end in rows)
+
+    def all_for_table(self) -> dict[CoverageKey, tuple[OffsetRange, ...]]:
+        """Every key of this table with its ranges (read from one consistent snapshot)."""
+        rows = self._connection().execute(
+            "SELECT sink, source, partition_key, start_offset, end_offset FROM coverage_ranges "
+            f"WHERE {_TABLE_FILTER} ORDER BY sink, source, partition_key, start_offset",
+            self._table_params,
+        )
+        grouped: dict[CoverageKey, list[OffsetRange]] = defaultdict(list)
+        for sink, source, partition, start, end in rows:
+            grouped[CoverageKey(sink, source, partition)].append(OffsetRange(start, end))
+        return {key: tuple(spans) for key, spans in grouped.items()}
+
+    # -- connections ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connections this process opened. The file and its ranges stay."""
+        pid = os.getpid()
+        with self._registry_lock:
+            self._closed = True
+            mine = [conn for owner, conn in self._opened if owner == pid]
+            self._opened = [(owner, conn) for owner, conn in self._opened if owner != pid]
+        for conn in mine:
+            conn.close()
+
+    def __enter__(self) -> CoverageStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _key_params(self, key: CoverageKey) -> tuple[str, ...]:
+        return (*self._table_params, key.sink, key.source, key.partition)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._closed:
+            raise RuntimeError(f"coverage store {self.path} for {self.table} is closed")
+        pid = os.getpid()
+        cached: tuple[int, sqlite3.Connection] | None = getattr(self._local, "conn", None)
+        if cached is not None and cached[0] == pid:
+            return cached[1]
+        # A connection inherited through fork must never be used by the child: open a fresh one.
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self._busy_timeout_s,
+            isolation_level=None,  # explicit transactions only: BEGIN IMMEDIATE around every merge
+            check_same_thread=False,  # close() may run on another thread; use stays per-thread
+        )
+        try:
+            _configure(conn, self._busy_timeout_s)
+        except BaseException:
+            conn.close()
+            raise
+        with self._registry_lock:
+            self._opened.append((pid, conn))
+        self._local.conn = (pid, conn)
+        return conn
+
+
+def _configure(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+    # WAL lets readers run while one process merges. NORMAL: a commit is in the WAL file (the OS's page
+    # cache) when COMMIT returns, so it survives a crash of this process; only an OS crash or power loss
+    # can lose the newest commits, and WAL recovery keeps a prefix of them. Recording only ever adds
+    # coverage, so what such a loss drops is the latest delivered ranges: coverage lags and a resume
+    # re-sends them (duplicates), it never skips. ``forget`` is the one change whose loss would make
+    # coverage lead (claim deleted rows), so it commits with FULL (see ``_durable``).
+    enable_wal(conn, busy_timeout_s)
+    conn.execute(f"PRAGMA synchronous = {_APPEND_SYNC}")
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    if version == SCHEMA_VERSION:
+        # The version is set in the transaction that creates the schema, so the schema is complete:
+        # every later connection (each write's ack lane opens one) skips the write lock and the DDL.
+        return
+    with _immediate(conn):  # schema creation races with other processes opening the same file
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version == 0 or version in _UPGRADABLE_VERSIONS:
+            # New file, or an older one: the statements above only added what it lacked.
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        elif version != SCHEMA_VERSION:
+            raise ConfigError(
+                f"coverage file has schema version {version}, this release reads {SCHEMA_VERSION}. "
+                "Fix: upgrade zerobus-orchestration, or point zerobus.coverage.location at a new file."
+            )
+
+
+def _parse_runs(text: str) -> tuple[OffsetRange, ...]:
+    runs = []
+    for part in text.split(","):
+        start, end = part.split("-")
+        runs.append(OffsetRange(int(start), int(end)))
+    return tuple(runs)
+
+
+_APPEND_SYNC = "NORMAL"  # recording ranges and digests: may lag after power loss, never lead
+
+
+@contextmanager
+def _durable(conn: sqlite3.Connection) -> Iterator[None]:
+    """Commit the enclosed transaction with an fsync (``synchronous = FULL``), then back to NORMAL.
+
+    A forget is durable when it returns, as before: its rows are (being) deleted, and a lost forget
+    would leave coverage claiming them. In WAL mode the fsync covers every earlier commit too."""
+    conn.execute("PRAGMA synchronous = FULL")
+    try:
+        yield
+    finally:
+        conn.execute(f"PRAGMA synchronous = {_APPEND_SYNC}")
+
+
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction that takes SQLite's write lock up front (waiting up to the busy timeout)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:  # a failed COMMIT leaves the transaction open; never leak it
+            conn.execute("ROLLBACK")
+        raise

@@ -1,0 +1,252 @@
+"""Delivered positions read from the raw table itself: the ground truth every host can read.
+
+Every row the sink writes carries ``_twg_source`` (``write_modes.source_tag(source, partition)``) and
+``_twg_offset`` (its position within that source and partition). So which positions of (source,
+partition) are durable can be recomputed from the table alone, on any host, with the credentials a
+write already has: the table's location from the catalog, storage options vended by the catalog where
+it vends (Unity, s3 role vending), else the configured ones. See ``docs/adr/0002-coverage-home.md``.
+
+The read goes through the Delta log: files whose ``_twg_source`` statistics exclude the tag are pruned
+before any data is read, only ``_twg_offset`` is projected, and the rows are filtered on the tag
+(Parquet row groups pruned by their statistics). A table whose protocol pyarrow datasets cannot read
+(column mapping, deletion vectors) is read through deltalake's DataFusion engine instead.
+
+Rows visible in the table are durable, so what this returns never claims a row that is not.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import SecretStr
+
+from zerobus_orchestration.catalog.base import TableCatalog
+from zerobus_orchestration.config import ZerobusConfig
+from zerobus_orchestration.errors import CatalogError, NotSupportedError
+from zerobus_orchestration.ranges import OffsetRange
+from zerobus_orchestration.reserved import OFFSET, SOURCE
+from zerobus_orchestration.storage import Access, config_storage_options, reveal, with_credentials
+from zerobus_orchestration.tables import TableName
+from zerobus_orchestration.write_modes import logical_partition, partition_of_tag, source_tag
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+log = logging.getLogger(__name__)
+
+
+class TableTruthError(CatalogError):
+    """The table's Delta log or files could not be read (permissions, a missing or damaged file)."""
+
+
+@dataclass(frozen=True)
+class TableReader:
+    """How to read one table's Delta log. ``storage_options`` may hold secrets (never logged)."""
+
+    table: str
+    uri: str
+    storage_options: Mapping[str, SecretStr]
+
+    def __repr__(self) -> str:  # the options are secrets: name only their keys
+        return f"TableReader(table={self.table!r}, uri={self.uri!r}, options={sorted(self.storage_options)})"
+
+
+def reader_for(catalog: TableCatalog, config: ZerobusConfig, table: str) -> TableReader | None:
+    """A reader of ``table`` as the catalog describes it now; ``None`` when the table does not exist."""
+    name = TableName.parse(table).full_name
+    state = catalog.describe(name)
+    if state is None:
+        return None
+    if not state.location:
+        raise CatalogError(
+            f"table {name}: the catalog gives no storage location, so its delivered rows cannot be read. "
+            "Fix: check the catalog entry of the table (Unity: storage_location)."
+        )
+    base = config_storage_options(config)
+    if not state.registered:
+        # A table this catalog has not registered (the local backend's registry is per state dir: a
+        # table another host created) has nobody to vend for it: the writer's own storage options.
+        options = base
+    else:
+        try:
+            vended = catalog.vend_credentials(name, Access.READ)
+        except NotSupportedError:
+            options = base  # this backend does not vend
+        else:
+            options = with_credentials(base, vended)
+    return TableReader(name, state.location, {k: SecretStr(v) for k, v in options.items()})
+
+
+def delivered_offsets(reader: TableReader, *, source: str, partition: str = "") -> pa.Array:
+    """Every ``_twg_offset`` of (source, partition) in the table, unsorted, duplicates kept (int64)."""
+    import pyarrow.dataset as ds  # loads pandas (~0.4 s): only a table-truth read pays for it
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError, DeltaProtocolError
+
+    tag = source_tag(source, partition)
+    try:
+        table = DeltaTable(reader.uri, storage_options=reveal(reader.storage_options) or None)
+        try:
+            dataset = table.to_pyarrow_dataset(file_pruning_predicate=[(SOURCE, "=", tag)])
+        except DeltaProtocolError:
+            # Column mapping or deletion vectors: pyarrow datasets refuse them, DataFusion reads them.
+            offsets = _offsets_via_datafusion(table, tag)
+        else:
+            offsets = dataset.to_table(columns=[OFFSET], filter=ds.field(SOURCE) == tag).column(OFFSET)
+    except (DeltaError, OSError, pa.ArrowException) as exc:
+        raise TableTruthError(
+            f"table {reader.table}: cannot read {SOURCE}/{OFFSET} at {reader.uri}: {exc}"
+        ) from exc
+    combined = offsets.combine_chunks() if isinstance(offsets, pa.ChunkedArray) else offsets
+    return pc.cast(combined, pa.int64())
+
+
+def delivered_ranges(reader: TableReader, *, source: str, partition: str = "") -> tuple[OffsetRange, ...]:
+    """Positions of (source, partition) visible in the table, merged: sorted, disjoint, non-adjacent."""
+    return offsets_to_ranges(delivered_offsets(reader, source=source, partition=partition))
+
+
+def source_tag_counts(reader: TableReader, *, prefix: str) -> dict[str, int]:
+    """Rows per distinct ``_twg_source`` value in the table that starts with ``prefix``."""
+    import pyarrow.dataset as ds  # loads pandas (~0.4 s): only a table-truth read pays for it
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError, DeltaProtocolError
+
+    try:
+        table = DeltaTable(reader.uri, storage_options=reveal(reader.storage_options) or None)
+        try:
+            dataset = table.to_pyarrow_dataset()
+        except DeltaProtocolError:
+            tags = _tags_via_datafusion(table, prefix)
+        else:
+            wanted = pc.starts_with(ds.field(SOURCE), pattern=prefix)
+            tags = dataset.to_table(columns=[SOURCE], filter=wanted).column(SOURCE)
+    except (DeltaError, OSError, pa.ArrowException) as exc:
+        raise TableTruthError(f"table {reader.table}: cannot read {SOURCE} at {reader.uri}: {exc}") from exc
+    counts = pc.value_counts(tags.combine_chunks() if isinstance(tags, pa.ChunkedArray) else tags)
+    return {str(c["values"]): int(c["counts"]) for c in counts.to_pylist() if c["values"] is not None}
+
+
+def other_runs(reader: TableReader, *, source: str, partition: str, replace_key: str) -> dict[str, int]:
+    """Rows per tag of the other runs of logical partition ``replace_key`` (not ``partition``'s own).
+
+    Two runs of one logical partition in a table written with ``replace`` are duplicates until the
+    replace deletes the older one (``runtime/supersede.py``).
+    """
+    own = source_tag(source, partition)
+    prefix = source_tag(source, replace_key)[:-1] if replace_key else source
+    found = source_tag_counts(reader, prefix=prefix)
+    same: dict[str, int] = {}
+    for tag, rows in sorted(found.items()):
+        part = partition_of_tag(tag, source)
+        if tag != own and part is not None and logical_partition(part) == replace_key:
+            same[tag] = rows
+    return same
+
+
+def table_version(reader: TableReader) -> int:
+    """The table's latest Delta version (cheap: the log only); the catch-up polls it."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    try:
+        return int(DeltaTable(reader.uri, storage_options=reveal(reader.storage_options) or None).version())
+    except (DeltaError, OSError) as exc:
+        raise TableTruthError(
+            f"table {reader.table}: cannot read the Delta log at {reader.uri}: {exc}"
+        ) from exc
+
+
+# Operation metrics that count what a commit added: delta-rs's, then Databricks' (STREAMING UPDATE, WRITE).
+_ADDED_METRICS = ("num_added_rows", "num_added_files", "numOutputRows", "numAddedFiles", "numFiles")
+# Commits that add files only to rewrite rows already there (a replace's delete, maintenance).
+_REWRITES = frozenset({"DELETE", "UPDATE", "MERGE", "OPTIMIZE", "RESTORE", "REORG"})
+
+
+def commit_gaps_s(reader: TableReader, *, commits: int) -> tuple[float, ...]:
+    """Seconds between consecutive data commits among the table's last ``commits``, newest first.
+
+    A data commit added rows (the service committing what it acknowledged); schema changes, property
+    and comment updates and deletes are the catalog's or a replace's, not the service's cadence, and
+    are left out. Read from the Delta log's commit timestamps (the committer's clock; only differences
+    are used, so a skew between its clock and this host's does not matter). Gaps that are not positive
+    (a clock step) are left out.
+    """
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    try:
+        history = DeltaTable(reader.uri, storage_options=reveal(reader.storage_options) or None).history(
+            limit=commits
+        )
+    except (DeltaError, OSError) as exc:
+        raise TableTruthError(
+            f"table {reader.table}: cannot read the Delta log's history at {reader.uri}: {exc}"
+        ) from exc
+    stamps = sorted(
+        (int(c["timestamp"]) for c in history if c.get("timestamp") is not None and _adds_data(c)),
+        reverse=True,
+    )
+    gaps = (newer - older for newer, older in itertools.pairwise(stamps))
+    return tuple(gap / 1000.0 for gap in gaps if gap > 0)
+
+
+def _adds_data(commit: Mapping[str, object]) -> bool:
+    if str(commit.get("operation", "")).upper() in _REWRITES:
+        return False
+    metrics = commit.get("operationMetrics")
+    if not isinstance(metrics, Mapping):
+        return False  # metadata-only commits carry none
+    for name in _ADDED_METRICS:
+        value = metrics.get(name)
+        if value is not None:
+            try:
+                return int(str(value)) > 0  # Databricks writes its metrics as strings
+            except ValueError:
+                return False
+    return False
+
+
+def offsets_to_ranges(offsets: pa.Array) -> tuple[OffsetRange, ...]:
+    """Distinct positions merged into half-open ranges (vectorised: millions of offsets in milliseconds)."""
+    values = offsets.drop_null().to_numpy(zero_copy_only=False)
+    if values.size == 0:
+        return ()
+    ordered = np.sort(values)  # sort + neighbour compare: several times faster than np.unique here
+    ordered = ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+    breaks = np.flatnonzero(np.diff(ordered) != 1)
+    starts = ordered[np.concatenate(([0], breaks + 1))]
+    ends = ordered[np.concatenate((breaks, [ordered.size - 1]))] + 1
+    return tuple(OffsetRange(int(s), int(e)) for s, e in zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+def _offsets_via_datafusion(table: DeltaTable, tag: str) -> pa.Array:
+    return _column_via_datafusion(table, OFFSET, f'"{SOURCE}" = {_sql_string(tag)}', pa.int64())
+
+
+def _tags_via_datafusion(table: DeltaTable, prefix: str) -> pa.Array:
+    where = f'starts_with("{SOURCE}", {_sql_string(prefix)})'
+    return _column_via_datafusion(table, SOURCE, where, pa.string())
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"  # a SQL string literal: the only escape it needs
+
+
+def _column_via_datafusion(table: DeltaTable, column: str, where: str, empty_type: pa.DataType) -> pa.Array:
+    """One column of the rows matching ``where``, through deltalake's DataFusion engine (it reads the
+    protocols pyarrow datasets cannot)."""
+    from deltalake import QueryBuilder
+
+    query = f'SELECT "{column}" FROM raw WHERE {where}'
+    rows = QueryBuilder().register("raw", table).execute(query).read_all()
+    if rows.num_rows == 0:
+        return pa.array([], empty_type)
+    return rows.column(column).combine_chunks()

@@ -1,0 +1,549 @@
+"""The process-scoped runtime: everything a Dagster asset or an Airflow task needs, behind one object.
+
+``ZerobusRuntime`` is one config's write path; ``runtime_registry.acquire_runtime(config)`` returns
+the runtime of this process for that config (the documented per-process registry, keyed by pid and
+config hash, refcounted). It owns:
+
+- the transport: the official SDK against Databricks, or against the embedded emulator it starts
+  when no endpoint is configured (the embedded default);
+- one long-lived ``StreamPool`` per target table (never a stream per batch or per task);
+- the catalog (``local`` or ``unity``), called before the first write and on schema drift;
+- one coverage store per table, advanced only by the ack lanes;
+- read-back through the Iceberg REST catalog.
+
+Correctness never depends on shutdown hooks: ``write`` returns only after the last batch is durable.
+The hooks of the registry (``runtime/process_registry.py``) only drain streams that a caller left
+unflushed. Starting the emulator and building the transport to it is the embedded mode's
+(``runtime/embedded.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, TypeAlias
+
+import pyarrow as pa
+
+from zerobus_orchestration.catalog.base import DesiredTable, ReconcileOutcome, TableCatalog, TableTags
+from zerobus_orchestration.catalog.catalog_gate import CatalogGate
+from zerobus_orchestration.catalog.factory import catalog_from_config
+from zerobus_orchestration.catalog.plan import ReconcilePlan
+from zerobus_orchestration.catalog.preconditions import Condition, check_primary_raw
+from zerobus_orchestration.config import Role, ZerobusConfig
+from zerobus_orchestration.contracts import ContractDescriptions
+from zerobus_orchestration.coverage.store import CoverageStore
+from zerobus_orchestration.metrics import SinkMetrics
+from zerobus_orchestration.ranges import CoverageKey, OffsetRange
+from zerobus_orchestration.resume.pieces import ResumedPieces, resumed_pieces
+from zerobus_orchestration.runtime import embedded
+from zerobus_orchestration.runtime.readback_service import ReadbackService
+from zerobus_orchestration.runtime.results import RuntimeHealth as RuntimeHealth
+from zerobus_orchestration.runtime.results import WriteResult as WriteResult
+from zerobus_orchestration.runtime.supersede import supersede
+from zerobus_orchestration.sink.confirmation import LaneKind
+from zerobus_orchestration.sink.pool import StreamPool
+from zerobus_orchestration.sink.sink import ZerobusSink, is_in_memory
+from zerobus_orchestration.storage import CredentialCache
+from zerobus_orchestration.tables import TableName
+from zerobus_orchestration.transport.base import Transport
+from zerobus_orchestration.transport.reachability import require_reachable
+from zerobus_orchestration.write_modes import (
+    WriteMode,
+    logical_partition,
+    partition_of_tag,
+    refuse_on_primary_raw,
+    source_tag,
+)
+
+if TYPE_CHECKING:  # read-back's Iceberg side is imported on first use (see ``ReadbackService``)
+    from zerobus_orchestration.readback.endpoint import IcebergEndpoint
+    from zerobus_orchestration.readback.status import ReadbackOutcome
+    from zerobus_orchestration.readback.verify import ReadbackReport
+    from zerobus_orchestration.runtime.embedded import EmulatorHandle
+
+log = logging.getLogger(__name__)
+
+ArrowData: TypeAlias = pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch]
+Descriptions: TypeAlias = Mapping[str, str] | ContractDescriptions | None
+
+DEFAULT_SINK_ID = "zerobus-orchestration"
+
+
+class ZerobusRuntime:
+    """Transport, pools, catalog, coverage and read-back for one config in one process."""
+
+    def __init__(
+        self,
+        config: ZerobusConfig,
+        *,
+        transport: Transport | None = None,
+        credentials: CredentialCache | None = None,
+    ) -> None:
+        """``credentials`` overrides the cache ``config.credential_vending`` would build (own vendor,
+        margin or clock); the embedded facade vends read-back credentials through it."""
+        self.config = config
+        self.metrics = SinkMetrics()
+        self.emulator: EmulatorHandle | None = None
+        self.credentials = credentials if credentials is not None else embedded.build_credentials(config)
+        self._lock = threading.Lock()
+        self._pools: dict[tuple[str, LaneKind], StreamPool] = {}
+        self._coverage: dict[str, CoverageStore] = {}
+        self._rows_resent_after_crash = 0  # over every write of this runtime, for ``health()``
+        self._closed = False
+        log.info("zerobus runtime starting with %s", config.effective_config())
+        if not config.embedded and not config.coverage.location and not config.state_dir:
+            # Resume and read-back trust coverage; a per-host default file is invisible to the other
+            # workers of a distributed executor, whose retries would then re-send everything.
+            log.warning(
+                "zerobus coverage is kept in %s on this host (the default). If tasks or steps of one "
+                "pipeline run on several hosts, set zerobus.coverage.location (or zerobus.state_dir) to a "
+                "path every worker shares, or a retry on another host re-sends rows already delivered",
+                config.coverage_location,
+            )
+        if transport is None and not config.embedded:
+            # Once, bounded: the SDKs would otherwise retry a dead workspace for minutes, then fail
+            # without naming it.
+            require_reachable(config)
+        try:
+            self.catalog: TableCatalog = catalog_from_config(config)
+            if transport is None and config.embedded:
+                self.emulator = embedded.start_emulator(config, self.credentials)
+            self.transport: Transport = transport or embedded.build_transport(config, self.emulator)
+        except BaseException:
+            self._stop_emulator()
+            raise
+        # Read-back reads through the same catalog, coverage stores and (embedded) emulator.
+        self.readbacks = ReadbackService(
+            config, catalog=self.catalog, coverage=self.coverage, emulator=self.emulator
+        )
+
+    @property
+    def embedded(self) -> bool:
+        return self.config.embedded
+
+    # -- catalog --------------------------------------------------------------------------------------
+
+    def desired(
+        self,
+        table: str,
+        schema: pa.Schema,
+        *,
+        role: Role | None = None,
+        descriptions: Descriptions = None,
+        tags: TableTags | None = None,
+    ) -> DesiredTable:
+        gate = self._gate(role, descriptions, tags)
+        return DesiredTable.build(
+            table,
+            schema,
+            gate.role,
+            descriptions=gate.descriptions,
+            tags=gate.tags,
+            properties=gate.properties,
+            allow_widening=gate.allow_widening,
+            comment_policy=gate.comment_policy,
+        )
+
+    def plan(
+        self,
+        table: str,
+        schema: pa.Schema,
+        *,
+        role: Role | None = None,
+        descriptions: Descriptions = None,
+        tags: TableTags | None = None,
+    ) -> ReconcilePlan:
+        """What ``reconcile`` would do; nothing is applied."""
+        desired = self.desired(table, schema, role=role, descriptions=descriptions, tags=tags)
+        return self.catalog.plan(table, desired)
+
+    def reconcile(
+        self,
+        table: str,
+        schema: pa.Schema,
+        *,
+        role: Role | None = None,
+        descriptions: Descriptions = None,
+        tags: TableTags | None = None,
+    ) -> ReconcileOutcome:
+        """Create or evolve ``table`` for ``schema``; ``PlanRefusedError`` when the plan refuses."""
+        desired = self.desired(table, schema, role=role, descriptions=descriptions, tags=tags)
+        outcome = self.catalog.reconcile(table, desired)
+        self.catalog.register_sink(table, DEFAULT_SINK_ID)
+        return outcome
+
+    def preconditions(self, table: str) -> list[Condition]:
+        """Primary-raw preconditions, re-read from the catalog on every call."""
+        return check_primary_raw(self.catalog, TableName.parse(table).full_name)
+
+    # -- writing --------------------------------------------------------------------------------------
+
+    def sink(
+        self,
+        table: str,
+        *,
+        source: str,
+        partition: str = "",
+        role: Role | None = None,
+        descriptions: Descriptions = None,
+        tags: TableTags | None = None,
+        offset_column: str | None = None,
+        ordering_key: str | None = None,
+        start_offset: int = 0,
+    ) -> ZerobusSink:
+        """A sink over this process's long-lived pool for ``table``; the caller flushes it."""
+        name = TableName.parse(table).full_name
+        gate = self._gate(role, descriptions, tags, source=source)
+        lane = LaneKind.RAW if gate.role is Role.PRIMARY_RAW else LaneKind.DERIVED
+        return ZerobusSink(
+            self._pool(name, lane),
+            source=source_tag(source, partition),
+            partition=partition,
+            sink_id=DEFAULT_SINK_ID,
+            start_offset=start_offset,
+            offset_column=offset_column,
+            ordering_key=ordering_key,
+            gate=gate,
+            lane=lane,
+        )
+
+    def covered(self, table: str, *, source: str, partition: str = "") -> tuple[OffsetRange, ...]:
+        """Row positions of (source, partition) already durably delivered into ``table``."""
+        key = CoverageKey(DEFAULT_SINK_ID, source_tag(source, partition), partition)
+        return self.coverage(table).ranges(key)
+
+    def write(
+        self,
+        table: str,
+        data: ArrowData,
+        *,
+        source: str,
+        partition: str = "",
+        role: Role | None = None,
+        descriptions: Descriptions = None,
+        tags: TableTags | None = None,
+        resume: bool = True,
+        offset_column: str | None = None,
+        ordering_key: str | None = None,
+        mode: WriteMode | str = WriteMode.APPEND,
+        replace_key: str | None = None,
+        schema: pa.Schema | None = None,
+    ) -> WriteResult:
+        """Reconcile, skip what coverage already holds, stream pipelined, return once durable.
+
+        ``mode="replace"``: once this write's rows are durable and visible in the table, the rows of the
+        other runs of its logical partition (``replace_key``, default the part of ``partition`` before
+        its last ``@``) are deleted through the catalog (``write_modes``). Refused on primary raw.
+
+        ``schema``: the input's schema when the caller knows it up front (a declared schema or contract,
+        a file's own schema). A write that holds no row still creates a missing table, from ``schema``,
+        else from the input's own (a ``Table``, a batch, or a stream of empty batches), so a reader
+        downstream finds an empty table instead of none.
+        """
+        started = time.monotonic()
+        name = TableName.parse(table).full_name
+        write_mode = WriteMode.parse(mode, where=f"write to {name}")
+        if write_mode is WriteMode.REPLACE:
+            refuse_on_primary_raw(name, role or self.config.role)  # before anything is sent
+        sink = self.sink(
+            name,
+            source=source,
+            partition=partition,
+            role=role,
+            descriptions=descriptions,
+            tags=tags,
+            offset_column=offset_column,
+            ordering_key=ordering_key,
+        )
+        resent_before = sink.pool.rows_possibly_resent  # the pool outlives writes: count this one's only
+        skipped = resent_after_crash = 0
+        if resume:
+            pieces = self._resumed_pieces(
+                name, data, source=source, partition=partition, offset_column=offset_column
+            )
+            # In-memory input is checked whole before anything is sent, resumed or not (see ``push``).
+            sink.push_positioned(pieces, whole=is_in_memory(data))
+            skipped = pieces.rows_read - sink.finish()[0].rows
+            resent_after_crash = pieces.rows_resent
+            schema = schema if schema is not None else pieces.schema
+            _log_resumed(name, source, partition, skipped, pieces)
+        else:
+            sink.push(data)
+        sink.flush()  # the durability barrier: every confirmation has fired once this returns
+        info, span = sink.finish()
+        if info.rows == 0 and not skipped:
+            known = schema if schema is not None else _schema_of(data)
+            self._create_when_empty(name, known, role, descriptions, tags, source)
+        health = sink.health()
+        resent = sink.pool.rows_possibly_resent - resent_before
+        with self._lock:
+            self._rows_resent_after_crash += resent_after_crash
+        superseded: tuple[str, ...] = ()
+        if write_mode is WriteMode.REPLACE:
+            superseded = self._supersede(name, source, partition, replace_key)
+        if resent:
+            log.warning(
+                "%s: the write succeeded, but the SDK reconnected stream(s) during it and re-sent up to %d "
+                "row(s) that may already have been durable: they may be in the table twice (read-back "
+                "counts duplicates)",
+                name,
+                resent,
+            )
+        return WriteResult(
+            table=name,
+            source=source,
+            partition=partition,
+            rows_written=info.rows,
+            rows_skipped=skipped,
+            bytes_written=info.bytes,
+            offset_start=span.start,
+            offset_end=span.end,
+            streams_used=info.streams,
+            coalesce_ratio_p50=health.coalesce_ratio_p50,
+            delivery_latency_p50_s=health.delivery_latency_p50_s,
+            delivery_latency_p99_s=health.delivery_latency_p99_s,
+            delta_version=self.delta_version(name),
+            duration_s=time.monotonic() - started,
+            rows_possibly_resent=resent,
+            rows_resent_after_crash=resent_after_crash,
+            superseded_sources=superseded,
+        )
+
+    def _resumed_pieces(
+        self, name: str, data: ArrowData, *, source: str, partition: str, offset_column: str | None
+    ) -> ResumedPieces:
+        """The pieces of ``data`` a resumed write still sends (``resume.pieces``), this runtime's way."""
+        return resumed_pieces(
+            _batches(data),
+            CoverageKey(DEFAULT_SINK_ID, source_tag(source, partition), partition),
+            table=name,
+            source=source,
+            offset_column=offset_column,
+            store=self.coverage(name),
+            catalog=self.catalog,
+            config=self.config,
+            commit=None if self.emulator is None else self.emulator.materialize_now,
+            # An in-process emulator is the only one serving this warehouse and commits all it
+            # acknowledged on request: nothing more can arrive, no settle period to wait out.
+            settle=not (self.emulator is not None and self.config.emulator.mode == "in_process"),
+        )
+
+    def _create_when_empty(
+        self,
+        name: str,
+        schema: pa.Schema | None,
+        role: Role | None,
+        descriptions: Descriptions,
+        tags: TableTags | None,
+        source: str,
+    ) -> None:
+        """An empty write still creates its missing table, as its first batch would have (same gate)."""
+        if schema is None or self.catalog.describe(name) is not None:
+            return
+        untyped = [f.name for f in schema if pa.types.is_null(f.type)]
+        if untyped:  # an empty input's columns with no type (e.g. from empty lists): nothing to create from
+            log.warning(
+                "%s: the write held no row and column(s) %s have no type (Arrow null), so the table was not "
+                "created; declare their types (schema=...) to create it from an empty input",
+                name,
+                untyped,
+            )
+            return
+        self._gate(role, descriptions, tags, source=source).ensure(name, schema)
+        log.info("%s: the write held no row; created the table from the input's schema", name)
+
+    def _supersede(self, name: str, source: str, partition: str, replace_key: str | None) -> tuple[str, ...]:
+        """The ``replace`` step after the write's flush: delete the other runs, forget their coverage."""
+        done = supersede(
+            self.catalog,
+            self.config,
+            name,
+            source=source,
+            partition=partition,
+            replace_key=logical_partition(partition) if replace_key is None else replace_key,
+            delivered=self.covered(name, source=source, partition=partition),
+            commit=lambda: self.delta_version(name),  # embedded: commit what the emulator acknowledged
+        )
+        # Their rows are gone: a cached range would make read-back wait for rows that will never show.
+        self.coverage(name).forget(
+            CoverageKey(DEFAULT_SINK_ID, tag, partition_of_tag(tag, source) or "")
+            for tag in done.deleted_tags
+        )
+        return done.deleted_tags
+
+    def delta_version(self, table: str) -> int | None:
+        """The Delta version that holds everything acknowledged so far (``ReadbackService.delta_version``)."""
+        return self.readbacks.delta_version(table)
+
+    # -- coverage and read-back (delegated to the read-only ``ReadbackService``) -----------------------
+
+    def coverage(self, table: str) -> CoverageStore:
+        name = TableName.parse(table).full_name
+        with self._lock:
+            return self._coverage_locked(name)
+
+    def coverage_map(
+        self, table: str, *, source: str | None = None, partition: str | None = None
+    ) -> dict[CoverageKey, tuple[OffsetRange, ...]]:
+        """Coverage of ``table``, optionally narrowed to one source (and partition)."""
+        return self.readbacks.coverage_map(table, source=source, partition=partition)
+
+    def iceberg(self) -> IcebergEndpoint:
+        return self.readbacks.iceberg()
+
+    def verify_readback(
+        self,
+        table: str,
+        *,
+        source: str | None = None,
+        partition: str | None = None,
+        wait_s: float | None = None,
+        force: bool | None = None,
+    ) -> ReadbackReport:
+        """Wait for Iceberg to reflect what was delivered, then verify coverage against the scan."""
+        return self.readbacks.verify_readback(
+            table, source=source, partition=partition, wait_s=wait_s, force=force
+        )
+
+    def verify_readback_once(
+        self, table: str, *, source: str | None = None, partition: str | None = None
+    ) -> ReadbackOutcome:
+        """One non-blocking, judged attempt (``ReadbackService.verify_readback_once``)."""
+        return self.readbacks.verify_readback_once(table, source=source, partition=partition)
+
+    def read_rows(self, table: str, *, source: str | None = None, partition: str | None = None) -> pa.Table:
+        """Rows of ``table`` (optionally one source/partition) as Arrow, through Iceberg."""
+        return self.readbacks.read_rows(table, source=source, partition=partition)
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def health(self) -> RuntimeHealth:
+        """Liveness and delivery of every pool of this process, as a plain value."""
+        with self._lock:
+            pools = list(self._pools.values())
+        return RuntimeHealth(
+            embedded=self.embedded,
+            endpoint=getattr(self.transport, "endpoint", None),
+            pools=tuple(pool.health() for pool in pools),
+            rows_resent_after_crash=self._rows_resent_after_crash,
+        )
+
+    def flush(self, timeout: float | None = None) -> None:
+        with self._lock:
+            pools = list(self._pools.values())
+        for pool in pools:
+            pool.flush(timeout)
+
+    def close(self, timeout: float | None = 60.0) -> None:
+        """Graceful drain of every pool, then the transport and the embedded emulator. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            pools = list(self._pools.values())
+            stores = list(self._coverage.values())
+        errors: list[str] = []
+        for pool in pools:
+            try:
+                pool.close(timeout)
+            except Exception as exc:  # keep draining the other pools; report every failure below
+                errors.append(f"{pool.table}: {exc}")
+        for store in stores:
+            store.close()
+        try:
+            self.transport.close()
+        finally:
+            self._stop_emulator()
+        if errors:
+            log.error("zerobus runtime closed with undelivered data: %s", "; ".join(errors))
+
+    # -- internals ------------------------------------------------------------------------------------
+
+    def _gate(
+        self,
+        role: Role | None,
+        descriptions: Descriptions,
+        tags: TableTags | None,
+        *,
+        source: str | None = None,
+    ) -> CatalogGate:
+        return CatalogGate(
+            self.catalog,
+            role or self.config.role,
+            descriptions,
+            allow_widening=self.config.catalog.allow_widening,
+            comment_policy=self.config.catalog.comment_policy,
+            tags=tags,
+            metrics=self.metrics,
+            source=source,  # stamped as twg.source on a table this write creates
+            recheck_interval_s=self.config.catalog.precondition_recheck_s,
+        )
+
+    def _pool(self, table: str, lane: LaneKind) -> StreamPool:
+        with self._lock:
+            if self._closed:
+                from zerobus_orchestration.errors import SinkClosedError
+
+                raise SinkClosedError(f"{table}: the zerobus runtime of this process is closed")
+            pool = self._pools.get((table, lane))
+            if pool is None:
+                pool = StreamPool(
+                    self.transport,
+                    table,
+                    self.config.pool,
+                    lane=lane,
+                    recorder=self._coverage_locked(table),
+                    metrics=self.metrics,
+                )
+                self._pools[(table, lane)] = pool
+            return pool
+
+    def _coverage_locked(self, table: str) -> CoverageStore:
+        """The coverage store of ``table`` (a full name), created on first use; hold ``self._lock``."""
+        store = self._coverage.get(table)
+        if store is None:
+            store = CoverageStore.from_config(self.config, table)
+            self._coverage[table] = store
+        return store
+
+    def _stop_emulator(self) -> None:
+        if self.emulator is not None:
+            emulator, self.emulator = self.emulator, None
+            if hasattr(self, "readbacks"):  # not yet built when the constructor failed
+                self.readbacks.emulator = None
+            emulator.stop()
+
+
+def _batches(data: ArrowData) -> Iterable[pa.RecordBatch]:
+    if isinstance(data, pa.RecordBatch):
+        return (data,)
+    if isinstance(data, pa.Table):
+        batches: list[pa.RecordBatch] = data.to_batches()
+        return batches
+    return data
+
+
+def _schema_of(data: ArrowData) -> pa.Schema | None:
+    """The schema in-memory input carries even with no row (a stream's is known only once read)."""
+    if isinstance(data, pa.RecordBatch | pa.Table):
+        return data.schema
+    if isinstance(data, list | tuple) and data and isinstance(data[0], pa.RecordBatch):
+        return data[0].schema
+    return None
+
+
+def _log_resumed(name: str, source: str, partition: str, skipped: int, pieces: ResumedPieces) -> None:
+    if skipped or pieces.rows_resent:
+        log.info(
+            "%s: resumed %s %r, skipped %d delivered row(s) (%d on the table's word), re-sent %d "
+            "at positions an earlier attempt had reached",
+            name,
+            source,
+            partition,
+            skipped,
+            pieces.rows_skipped_on_table_word,
+            pieces.rows_resent,
+        )

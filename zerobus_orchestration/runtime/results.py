@@ -1,0 +1,71 @@
+"""What the runtime reports: one write's measured result, and the health of every pool of a process.
+
+Plain values (``as_dict`` for Dagster metadata, Airflow XCom and logs); ``runtime/facade.py`` re-exports both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from zerobus_orchestration.sink.health import PoolHealth
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one ``write`` delivered, measured (never assumed)."""
+
+    table: str
+    source: str
+    partition: str
+    rows_written: int
+    rows_skipped: int
+    bytes_written: int
+    offset_start: int
+    offset_end: int
+    streams_used: int
+    coalesce_ratio_p50: float | None
+    delivery_latency_p50_s: float | None
+    delivery_latency_p99_s: float | None
+    delta_version: int | None
+    duration_s: float
+    rows_possibly_resent: int = 0
+    """Rows the SDK replayed when it reconnected a stream during this write (lack-of-ack timeout,
+    rotation): they may be in the table twice. An upper bound; read-back counts the actual duplicates."""
+    rows_resent_after_crash: int = 0
+    """Rows a resumed write sent at positions an earlier attempt had already reached (below the highest
+    position the coverage cache or the table showed delivered, or an earlier resumed attempt on this
+    host handed to its sink: ``resume.pieces.HandedOut``): holes an interrupted try left, and its last
+    rows still on their way to the table. They were neither recorded nor visible when this write looked;
+    one that was durable but not yet visible is in the table twice. An upper bound (never under-counts
+    on the host of the earlier attempt); read-back counts the duplicates."""
+    superseded_sources: tuple[str, ...] = ()
+    """``replace`` writes: the ``_twg_source`` tags of the earlier runs of this partition whose rows this
+    write deleted once its own rows were visible (``write_modes``)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RuntimeHealth:
+    """Every pool's ``PoolHealth``; what Dagster metadata and Airflow task logs render."""
+
+    embedded: bool
+    endpoint: str | None
+    pools: tuple[PoolHealth, ...]
+    rows_resent_after_crash: int = 0
+    """Over every write of this runtime: see ``WriteResult.rows_resent_after_crash``."""
+
+    @property
+    def healthy(self) -> bool:
+        return all(pool.healthy or pool.submitted == 0 for pool in self.pools)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "embedded": self.embedded,
+            "endpoint": self.endpoint,
+            "healthy": self.healthy,
+            "rows_resent_after_crash": self.rows_resent_after_crash,
+            "pools": [pool.as_dict() for pool in self.pools],
+        }
