@@ -20,7 +20,7 @@ A recovery run requested by the read-back sensor is a new run, not a re-executio
 and the write of that source (same partition key) resumes it instead of appending a second copy.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,13 +150,6 @@ def write_partition(run: dg.DagsterRun, source: str, partition_key: str | None) 
 def contract_key_for(asset_key: dg.AssetKey) -> dg.AssetKey:
     """``raw/orders`` -> ``raw/orders__contract`` (same prefix, so it sits beside its table in the UI)."""
     return dg.AssetKey([*asset_key.path[:-1], f"{asset_key.path[-1]}__contract"])
-
-
-def partition_keys_of(context: dg.OutputContext | dg.InputContext) -> Sequence[str]:
-    """Partition keys the context covers (none for an unpartitioned asset)."""
-    if not context.has_asset_partitions:
-        return ()
-    return list(context.asset_partition_keys)
 
 
 def coverage_keys(context: dg.AssetExecutionContext) -> tuple[str, str]:

@@ -200,13 +200,6 @@ def resolve_embedded(fields: ConnectionFields, advanced: Mapping[str, Any] | Non
     return True
 
 
-def is_embedded(fields: ConnectionFields) -> bool:
-    """``resolve_embedded`` with the connection's own ``config`` extra."""
-    advanced = extra_value(fields.extra, "config")
-    mapping = {} if advanced is None else _as_mapping(advanced, conn_id=fields.conn_id, name="config")
-    return resolve_embedded(fields, mapping)
-
-
 def config_from_connection(
     fields: ConnectionFields, overrides: Mapping[str, Any] | None = None
 ) -> ZerobusConfig:

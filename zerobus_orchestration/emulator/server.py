@@ -410,15 +410,6 @@ class Emulator:
         """Streams accepted on ``table`` since start; every rotation or recovery reconnect adds one."""
         return self.limiter.opened_total(TableName.parse(table).full_name)
 
-    def pending_positions(self, table: str) -> int:
-        """WAL records acknowledged but not yet committed to Delta."""
-        state = self.table_state(TableName.parse(table).full_name)
-        return 0 if state is None else state.pending()
-
-    @property
-    def materializer_errors(self) -> list[str]:
-        return [] if self._materializer is None else list(self._materializer.errors)
-
     # -- Iceberg ------------------------------------------------------------------------------------
     @property
     def mirror(self) -> Any:

@@ -314,32 +314,3 @@ def fire_all(confirmations: Sequence[Confirmation], recorder: CoverageRecorder |
         recorder.record_delivered(items, digests)
     else:
         recorder.record_many(items)
-
-
-@dataclass
-class RecordingCoverage:
-    """A ``CoverageRecorder`` that keeps every recorded range in memory (demo, tests)."""
-
-    records: list[tuple[CoverageKey, OffsetRange]] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def record(self, key: CoverageKey, span: OffsetRange) -> None:
-        self.record_many(((key, span),))
-
-    def record_many(self, items: Iterable[tuple[CoverageKey, OffsetRange]]) -> None:
-        with self._lock:
-            self.records.extend(items)
-
-    def covered(self, key: CoverageKey | None = None) -> int:
-        """Rows recorded for ``key`` (all keys when None), counting overlaps once."""
-        with self._lock:
-            pairs = sorted((k, s) for k, s in self.records if key is None or k == key)
-        total, reach, current = 0, -1, None
-        for pair_key, span in pairs:
-            if pair_key != current:
-                current, reach = pair_key, -1
-            start = max(span.start, reach)
-            if span.end > start:
-                total += span.end - start
-                reach = span.end
-        return total

@@ -44,7 +44,6 @@ from zerobus_orchestration.sink.stamping import (
 )
 
 ArrowInput: TypeAlias = pa.RecordBatch | pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch]
-OffsetSpan = OffsetRange
 """Half-open row-position span ``[start, end)`` within (source, partition)."""
 _Piece: TypeAlias = tuple[pa.RecordBatch, int | None, int | None]
 """A batch to send, the position of its first row (None: continue), its ``nbytes`` if measured."""
@@ -310,7 +309,7 @@ class ZerobusSink:
             source = data  # a reader or iterator is streamed: one batch alive here at a time
         return self._checked(with_positions(source, at), in_memory)
 
-    def finish(self) -> tuple[CommitInfo, OffsetSpan]:
+    def finish(self) -> tuple[CommitInfo, OffsetRange]:
         """What was submitted, and the submitted high-water span. Does not wait for durability."""
         with self._lock:
             info = CommitInfo(
@@ -501,7 +500,6 @@ class ZerobusSink:
 __all__ = [
     "ArrowInput",
     "CommitInfo",
-    "OffsetSpan",
     "PartialSendError",
     "Receipt",
     "ZerobusSink",

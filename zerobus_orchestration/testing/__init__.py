@@ -6,6 +6,8 @@ the real ``databricks-sdk``. Importing this package does not start anything.
 
 from __future__ import annotations
 
+from zerobus_orchestration.emulator.unity.sql import ResultSet
+from zerobus_orchestration.emulator.unity.state import FakeTable, StatementFailure
 from zerobus_orchestration.testing.uc_fake import (
     CredentialIssuer,
     FakeUnityCatalog,
@@ -13,8 +15,6 @@ from zerobus_orchestration.testing.uc_fake import (
     SyntheticIssuer,
 )
 from zerobus_orchestration.testing.uc_http import RecordedRequest
-from zerobus_orchestration.testing.uc_sql import ResultSet
-from zerobus_orchestration.testing.uc_state import FakeTable, StatementFailure
 
 __all__ = [
     "CredentialIssuer",

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from zerobus_orchestration.catalog.base import Access
+from zerobus_orchestration.emulator.unity.state import FakeTable
 from zerobus_orchestration.storage import reveal, s3_options
 from zerobus_orchestration.testing.uc_fake import IssuedCredentials
-from zerobus_orchestration.testing.uc_state import FakeTable
 
 ACCOUNT_ID = "123456789012"  # moto's default account
 REGION = "us-east-1"

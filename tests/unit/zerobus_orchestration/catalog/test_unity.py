@@ -19,6 +19,7 @@ from zerobus_orchestration.catalog.unity import (
     workspace_client,
 )
 from zerobus_orchestration.config import CatalogBackend, CatalogConfig, Role, ZerobusConfig
+from zerobus_orchestration.emulator.unity.state import FakeTable
 from zerobus_orchestration.errors import (
     CatalogError,
     ConfigError,
@@ -29,7 +30,6 @@ from zerobus_orchestration.errors import (
 )
 from zerobus_orchestration.testing import FakeUnityCatalog
 from zerobus_orchestration.testing.uc_fake import IssuedCredentials, SyntheticIssuer
-from zerobus_orchestration.testing.uc_state import FakeTable
 
 TABLE = "main.raw.events"
 

@@ -12,8 +12,8 @@ from databricks.sdk.service.sql import StatementResponse, StatementState
 
 from zerobus_orchestration.catalog.ddl import string_literal
 from zerobus_orchestration.catalog.unity import workspace_client
+from zerobus_orchestration.emulator.unity.state import StatementFailure
 from zerobus_orchestration.testing import FakeUnityCatalog
-from zerobus_orchestration.testing.uc_state import StatementFailure
 from zerobus_orchestration.type_map import quote_identifier
 
 UNIFORM_PROPS = (
