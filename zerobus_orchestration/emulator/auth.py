@@ -1,18 +1,25 @@
-"""OAuth client-credentials tokens for the emulator, scoped to tables like the Databricks ones.
+"""OAuth tokens for the emulator, scoped to tables like the Databricks ones, valid until they expire.
 
 The SDK posts to ``<unity_catalog_url>/oidc/v1/token`` with HTTP Basic client credentials and an
-``authorization_details`` JSON list whose ``TABLE`` entry names the table it will write. A token from
-a request without table details is a workspace token: it may write any table. Tokens live in memory
-only: a restarted emulator forgets them, and the SDK fetches a new one after the UNAUTHENTICATED answer.
+``authorization_details`` JSON list whose ``TABLE`` entry names the table it will write
+(``rust/sdk/src/default_token_factory.rs`` in databricks/zerobus-sdk). A token from a request without
+table details is a workspace token: it may write any table.
+
+A token is self-contained and signed (HMAC-SHA256) with the warehouse's signing key, which lives in the
+emulator's owner-only state (``private.signing_key``): a restarted emulator still accepts every token
+it issued until the token's expiry, as Databricks does. The official SDK relies on that: after a
+reconnect it re-sends its cached token, and a refusal fails the stream for good (SDK 1.10; see
+docs/adr/0003-emulator-fidelity-limits.md). Expired, forged or foreign-key tokens are refused.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
+import hashlib
 import hmac
 import json
 import secrets
-import threading
 import time
 from dataclasses import dataclass
 from urllib.parse import parse_qs
@@ -21,11 +28,14 @@ from pydantic import SecretStr
 
 from zerobus_orchestration.emulator.errors import AuthFailure, TokenRequestError
 
+TOKEN_PREFIX = "zbemu1"
+CLIENT_CREDENTIALS = "client_credentials"
+
 
 @dataclass(frozen=True)
 class IssuedToken:
     tables: frozenset[str] | None  # None: any table
-    expires_at: float
+    expires_at: float  # Unix time (wall clock: it must mean the same to the next process)
 
 
 def tables_in_authorization_details(raw: str) -> frozenset[str]:
@@ -46,30 +56,56 @@ def tables_in_authorization_details(raw: str) -> frozenset[str]:
     return frozenset(tables)
 
 
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
 class TokenIssuer:
-    def __init__(self, client_id: str, client_secret: SecretStr, ttl_s: float) -> None:
+    def __init__(self, client_id: str, client_secret: SecretStr, ttl_s: float, signing_key: bytes) -> None:
+        if len(signing_key) < 32:
+            raise ValueError("the token signing key must hold at least 32 bytes")
         self._client_id = client_id
         self._client_secret = client_secret
         self._ttl_s = ttl_s
-        self._tokens: dict[str, IssuedToken] = {}
-        self._lock = threading.Lock()
+        self._key = signing_key
 
     def issue(self, tables: frozenset[str] | None = None, ttl_s: float | None = None) -> str:
         """A new bearer token for ``tables`` (None: any table) valid for ``ttl_s`` (default configured)."""
-        token = "zbemu-" + secrets.token_urlsafe(24)
-        expires = time.monotonic() + (self._ttl_s if ttl_s is None else ttl_s)
-        scope = None if tables is None else frozenset(t.lower() for t in tables)
-        with self._lock:
-            now = time.monotonic()  # forget expired tokens, so a long-lived emulator does not grow
-            self._tokens = {k: v for k, v in self._tokens.items() if v.expires_at > now}
-            self._tokens[token] = IssuedToken(scope, expires)
-        return token
+        expires = time.time() + (self._ttl_s if ttl_s is None else ttl_s)
+        scope = None if tables is None else sorted(t.lower() for t in tables)
+        claims = {"exp": expires, "tables": scope, "nonce": secrets.token_urlsafe(12)}
+        body = _b64(json.dumps(claims, separators=(",", ":")).encode())
+        return f"{TOKEN_PREFIX}.{body}.{self._signature(body)}"
+
+    def _signature(self, body: str) -> str:
+        return _b64(hmac.new(self._key, f"{TOKEN_PREFIX}.{body}".encode(), hashlib.sha256).digest())
+
+    def verify(self, token: str) -> IssuedToken | None:
+        """The claims of a token this warehouse's emulator signed (expired or not); None otherwise."""
+        prefix, _, rest = token.partition(".")
+        body, _, signature = rest.partition(".")
+        if prefix != TOKEN_PREFIX or not body or not signature:
+            return None
+        if not hmac.compare_digest(signature, self._signature(body)):
+            return None
+        try:
+            claims = json.loads(_unb64(body))
+            tables = claims["tables"]
+            return IssuedToken(
+                None if tables is None else frozenset(str(t) for t in tables), float(claims["exp"])
+            )
+        except (binascii.Error, ValueError, KeyError, TypeError):  # signed by us, so never: refuse anyway
+            return None
 
     def token_response(self, authorization: str | None, body: bytes) -> dict[str, object]:
         """Answer a ``POST /oidc/v1/token``; raises ``TokenRequestError`` with the HTTP status."""
         self._check_client(authorization)
         form = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
-        if form.get("grant_type") != "client_credentials":
+        if form.get("grant_type") != CLIENT_CREDENTIALS:
             raise TokenRequestError(400, "unsupported_grant_type", f"grant_type {form.get('grant_type')!r}")
         details = form.get("authorization_details")
         tables = tables_in_authorization_details(details) if details else None
@@ -103,20 +139,18 @@ class TokenIssuer:
             raise TokenRequestError(
                 401, "unauthorized", "credentials required: Authorization: Bearer <token> or Basic client"
             )
-        with self._lock:
-            issued = self._tokens.get(authorization[7:].strip())
-        if issued is None or issued.expires_at <= time.monotonic():
+        issued = self.verify(authorization[7:].strip())
+        if issued is None or issued.expires_at <= time.time():
             raise TokenRequestError(401, "unauthorized", "unknown or expired bearer token")
 
     def authorize(self, authorization: str | None, table: str) -> None:
         """Raise ``AuthFailure`` unless ``authorization`` is a live token allowed to write ``table``."""
         if not authorization or not authorization.lower().startswith("bearer "):
             raise AuthFailure("UNAUTHENTICATED", "missing bearer token (authorization: Bearer <token>)")
-        with self._lock:
-            issued = self._tokens.get(authorization[7:].strip())
+        issued = self.verify(authorization[7:].strip())
         if issued is None:
             raise AuthFailure("UNAUTHENTICATED", "unknown bearer token")
-        if issued.expires_at <= time.monotonic():
+        if issued.expires_at <= time.time():
             raise AuthFailure("UNAUTHENTICATED", "bearer token expired")
         if issued.tables is not None and table.lower() not in issued.tables:
             raise AuthFailure(

@@ -50,7 +50,9 @@ class IcebergRest(Protocol):
 
 
 class HttpBackend(Protocol):
-    issuer: TokenIssuer
+    @property
+    def issuer(self) -> TokenIssuer: ...
+
     faults: FaultInjector
 
     def iceberg_rest(self) -> IcebergRest | None: ...

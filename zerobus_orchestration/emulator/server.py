@@ -37,7 +37,7 @@ from zerobus_orchestration.emulator.errors import EmulatorError, TableFailedErro
 from zerobus_orchestration.emulator.faults import FaultInjector, FaultSpec
 from zerobus_orchestration.emulator.http_api import ICEBERG_REST_PREFIX, IcebergRest, make_http_server
 from zerobus_orchestration.emulator.materializer import Materializer, MirrorHook, TableState, table_exists
-from zerobus_orchestration.emulator.private import open_private, private_dir
+from zerobus_orchestration.emulator.private import open_private, private_dir, signing_key
 from zerobus_orchestration.emulator.quotas import StreamLimiter
 from zerobus_orchestration.emulator.streams import generic_handlers
 from zerobus_orchestration.emulator.table_health import TableFailure, describe, quarantine_dest, write_marker
@@ -113,7 +113,7 @@ class Emulator:
         self.unity_state = Path(unity_state) if unity_state is not None else default_state
         self._unity: UnityWorkspace | None = None
         self._catalogs = tuple(catalogs)
-        self.issuer = TokenIssuer(self.config.client_id, self.config.client_secret, self.config.token_ttl_s)
+        self._issuer: TokenIssuer | None = None  # made at start: its signing key is in the WAL folder
         self.limiter = StreamLimiter(self.config.max_streams_per_table)
         self.faults = FaultInjector(list(faults), enabled=self.config.faults_enabled)
         self.per_stream_mb_s = self.config.per_stream_mb_s
@@ -150,6 +150,12 @@ class Emulator:
     def _start(self) -> Emulator:
         private_dir(self.wal_root)  # acknowledged rows wait here: owner-only
         self._lock_wal_root()
+        self._issuer = TokenIssuer(
+            self.config.client_id,
+            self.config.client_secret,
+            self.config.token_ttl_s,
+            signing_key(self.wal_root),  # the previous run's key: its tokens stay valid until they expire
+        )
         if self._iceberg_enabled:
             self._start_iceberg()
         self._unity = local_workspace(
@@ -296,6 +302,13 @@ class Emulator:
         return self.config.client_secret.get_secret_value()
 
     # -- tables, tokens, materialisation -------------------------------------------------------------
+    @property
+    def issuer(self) -> TokenIssuer:
+        """The token issuer (from ``start`` on: its signing key is read from the WAL folder)."""
+        if self._issuer is None:
+            raise EmulatorError("the emulator is not started: it issues and checks tokens once started")
+        return self._issuer
+
     def issue_token(self, table: str | None = None, ttl_s: float | None = None) -> str:
         """A bearer token for ``table`` (None: any table), e.g. for a HeadersProvider."""
         scope = None if table is None else frozenset({TableName.parse(table).full_name})

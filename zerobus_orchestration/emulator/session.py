@@ -55,7 +55,9 @@ POLL_S = 0.5
 class StreamServices(Protocol):
     """What a stream needs of the running emulator."""
 
-    issuer: TokenIssuer
+    @property
+    def issuer(self) -> TokenIssuer: ...
+
     limiter: StreamLimiter
     faults: FaultInjector
     per_stream_mb_s: float | None

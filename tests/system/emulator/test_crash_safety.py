@@ -11,15 +11,11 @@ last restart runs in-process to keep the test short).
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,44 +24,11 @@ from zerobus import ArrowStreamConfigurationOptions, ZerobusSdk
 from zerobus.sdk.shared import ZerobusException
 
 from tests.support.emulator_helpers import SCHEMA, TABLE, create_table, events, read_table
+from tests.support.emulator_process import emulator_process
 from zerobus_orchestration.config import EmulatorConfig
 from zerobus_orchestration.emulator.server import Emulator
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
-
-
-@contextmanager
-def emulator_process(
-    warehouse: Path, tmp: Path, *extra: str
-) -> Iterator[tuple[subprocess.Popen[str], dict[str, Any]]]:
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-    stderr = open(tmp / f"emulator-{time.monotonic_ns()}.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "zerobus_orchestration.emulator",
-            "--warehouse",
-            str(warehouse),
-            "--json",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=stderr,
-        text=True,
-        env=env,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line, f"emulator did not start: {Path(stderr.name).read_text()}"
-        yield proc, json.loads(line)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
-        stderr.close()
 
 
 def options() -> ArrowStreamConfigurationOptions:
