@@ -62,6 +62,10 @@ class ConformError(ZerobusOrchestrationError, ValueError):
         return self.problem.column
 
 
+class RecordTooLarge(ZerobusOrchestrationError, ValueError):
+    """A row-path request above the service's 10 MiB message limit; the message names table and fix."""
+
+
 class TableFailedError(ZerobusOrchestrationError):
     """The table is marked failed; the message names the cause and the repair command.
 

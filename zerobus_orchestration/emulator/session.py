@@ -29,6 +29,7 @@ from zerobus_orchestration.emulator.auth import TokenIssuer
 from zerobus_orchestration.emulator.errors import (
     AuthFailure,
     ConformError,
+    RecordTooLarge,
     TableFailedError,
     WalUnusableError,
 )
@@ -148,6 +149,9 @@ class StreamSession:
                 check_values(table, batch)
             except ConformError as exc:
                 self.events.put(_Abort(RpcFailure.schema(str(exc), [exc.problem.cause])))
+                return
+            except RecordTooLarge as exc:
+                self.events.put(_Abort(RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, str(exc))))
                 return
             except (ValueError, TypeError, pa.ArrowException) as exc:
                 self.events.put(

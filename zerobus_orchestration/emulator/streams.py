@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 import pyarrow as pa
 
+from zerobus_orchestration.emulator.errors import RecordTooLarge
 from zerobus_orchestration.emulator.flight_frame import FlightFrame, parse_flight_data
 from zerobus_orchestration.emulator.proto import flight_pb2 as _flight_pb2
 from zerobus_orchestration.emulator.proto import zerobus_service_pb2 as _zerobus_service_pb2
@@ -48,6 +50,13 @@ from zerobus_orchestration.emulator.status import RpcFailure
 log = logging.getLogger(__name__)
 
 ZEROBUS_SERVICE = "databricks.zerobus.Zerobus"
+# The service refuses a row-path message above 10 MiB: "The Zerobus server has a limit on decoded received
+# messages set to 10MB" (databricks/zerobus-sdk-py#16, databricks/zerobus-sdk#36); the SDK enforces the
+# same limit client-side, as 10 MiB minus 64 KiB of envelope headroom summed over one call's records
+# (``max_ingest_payload_bytes`` in rust/sdk/src/stream_configuration.rs, databricks/zerobus-sdk#331).
+# The status the service answers with is not documented: the emulator uses INVALID_ARGUMENT, the class
+# the SDK gives the same condition (a guess, docs/adr/0003-emulator-fidelity-limits.md).
+MAX_ROW_MESSAGE_BYTES = 10 * 1024 * 1024
 FLIGHT_SERVICE = "arrow.flight.protocol.FlightService"
 READY = json.dumps({"ack_up_to_offset": -1, "ack_up_to_records": 0}).encode()
 
@@ -58,6 +67,27 @@ RecordType: Any = zerobus_service_pb2.RecordType
 
 
 # -- row path ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OversizedRequest:
+    """A row-path request above ``MAX_ROW_MESSAGE_BYTES``, kept unparsed: the stream is refused."""
+
+    nbytes: int
+
+    def message(self, table: str) -> str:
+        return (
+            f"{table}: a request of {self.nbytes:,} bytes exceeds the service's limit of "
+            f"{MAX_ROW_MESSAGE_BYTES:,} bytes (10 MiB) per message: send fewer or smaller records per "
+            "call (the SDK refuses a call over 10,420,224 record bytes before sending)"
+        )
+
+
+def parse_row_request(data: bytes) -> Any:
+    """``EphemeralStreamRequest`` from the wire, or ``OversizedRequest`` above the service's limit."""
+    if len(data) > MAX_ROW_MESSAGE_BYTES:
+        return OversizedRequest(len(data))
+    return zerobus_service_pb2.EphemeralStreamRequest.FromString(data)
+
+
 def _row_decoder(create: Any) -> RowDecoder:
     record_type = create.record_type if create.HasField("record_type") else RecordType.PROTO
     if record_type == RecordType.JSON:
@@ -96,6 +126,11 @@ def ephemeral_stream(
         first = next(requests)
     except (StopIteration, grpc.RpcError):
         return
+    if isinstance(first, OversizedRequest):
+        RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, first.message(metadata.get(TABLE_HEADER, ""))).apply(
+            context
+        )
+        return
     if first.WhichOneof("payload") != "create_stream":
         RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be create_stream").apply(context)
         return
@@ -122,6 +157,8 @@ def ephemeral_stream(
     full_name, target = session.state.full_name, session.target
 
     def decode(request: Any) -> Decoded:
+        if isinstance(request, OversizedRequest):
+            raise RecordTooLarge(request.message(full_name))
         found = _row_records(request)
         if found is None:
             return Decoded(None, -1, 0)
@@ -212,7 +249,7 @@ def generic_handlers(services: StreamServices) -> tuple[grpc.GenericRpcHandler, 
         {
             "EphemeralStream": grpc.stream_stream_rpc_method_handler(
                 lambda requests, context: ephemeral_stream(services, requests, context),
-                request_deserializer=zerobus_service_pb2.EphemeralStreamRequest.FromString,
+                request_deserializer=parse_row_request,
                 response_serializer=zerobus_service_pb2.EphemeralStreamResponse.SerializeToString,
             )
         },
