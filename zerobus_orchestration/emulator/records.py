@@ -111,17 +111,35 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
+def message_descriptor(descriptor_proto: bytes) -> Any:
+    """The ``google.protobuf`` ``Descriptor`` of a serialized ``DescriptorProto`` (nested types inlined).
+
+    Raises ``ValueError`` for bytes that are not a self-contained message descriptor.
+    """
+    from google.protobuf import descriptor_pb2, descriptor_pool
+    from google.protobuf.message import DecodeError
+
+    try:
+        message = descriptor_pb2.DescriptorProto.FromString(descriptor_proto)
+        package = f"zerobus_emulator_{uuid.uuid4().hex}"
+        file_proto = descriptor_pb2.FileDescriptorProto(
+            name=f"{package}.proto", package=package, syntax="proto2"
+        )
+        file_proto.message_type.add().CopyFrom(_relink(message, package))
+        pool = descriptor_pool.DescriptorPool()
+        pool.Add(file_proto)
+        return pool.FindMessageTypeByName(f"{package}.{message.name}")
+    except (DecodeError, TypeError, KeyError) as exc:
+        raise ValueError(
+            f"descriptor_proto is not a self-contained DescriptorProto (nested types must be inlined): {exc}"
+        ) from exc
+
+
 def proto_decoder(descriptor_proto: bytes) -> RowDecoder:
     """Decoder for records of the single message type described by a serialized ``DescriptorProto``."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from google.protobuf import message_factory
 
-    message = descriptor_pb2.DescriptorProto.FromString(descriptor_proto)
-    package = f"zerobus_emulator_{uuid.uuid4().hex}"
-    file_proto = descriptor_pb2.FileDescriptorProto(name=f"{package}.proto", package=package, syntax="proto2")
-    file_proto.message_type.add().CopyFrom(_relink(message, package))
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(file_proto)
-    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{message.name}"))
+    cls = message_factory.GetMessageClass(message_descriptor(descriptor_proto))
 
     def decode(records: Sequence[bytes | str]) -> list[dict[str, Any]]:
         return [_message_to_dict(cls.FromString(r if isinstance(r, bytes) else r.encode())) for r in records]

@@ -25,6 +25,7 @@ from zerobus_orchestration.emulator.errors import RecordTooLarge
 from zerobus_orchestration.emulator.flight_frame import FlightFrame, parse_flight_data
 from zerobus_orchestration.emulator.proto import flight_pb2 as _flight_pb2
 from zerobus_orchestration.emulator.proto import zerobus_service_pb2 as _zerobus_service_pb2
+from zerobus_orchestration.emulator.proto_check import check_descriptor, render
 from zerobus_orchestration.emulator.records import (
     RowDecoder,
     avro_decoder,
@@ -103,6 +104,16 @@ def _row_decoder(create: Any) -> RowDecoder:
     raise ValueError(f"unsupported record_type {record_type}")
 
 
+def _descriptor_refusal(create: Any, table: str, target: pa.Schema) -> RpcFailure | None:
+    """The SCHEMA_VALIDATION_FAILED refusal of a PROTO stream whose descriptor does not fit ``target``."""
+    if create.HasField("record_type") and create.record_type != RecordType.PROTO:
+        return None
+    name, problems = check_descriptor(create.descriptor_proto, target)
+    if not problems:
+        return None
+    return RpcFailure.schema(render(table, name, problems), list(dict.fromkeys(p.cause for p in problems)))
+
+
 def _row_records(request: Any) -> tuple[int, list[bytes | str]] | None:
     kind = request.WhichOneof("payload")
     if kind == "ingest_record":
@@ -155,6 +166,11 @@ def ephemeral_stream(
         return
     session = opened.session
     full_name, target = session.state.full_name, session.target
+    refused = _descriptor_refusal(create, full_name, target)
+    if refused is not None:  # Databricks refuses a mismatched descriptor at creation (proto_check.py)
+        opened.release()
+        refused.apply(context)
+        return
 
     def decode(request: Any) -> Decoded:
         if isinstance(request, OversizedRequest):

@@ -60,7 +60,7 @@ def test_json_records_and_batches_acked_flushed_and_in_delta(emulator: Emulator,
 def test_protobuf_records_are_decoded_with_the_sent_descriptor(emulator: Emulator, warehouse: Path) -> None:
     file_proto = descriptor_pb2.FileDescriptorProto(name="event_test.proto", package="t", syntax="proto2")
     message = file_proto.message_type.add(name="Event")
-    message.field.add(name="id", number=1, type=3, label=1)  # int64, optional
+    message.field.add(name="id", number=1, type=3, label=2)  # int64, required: the column is NOT NULL
     message.field.add(name="name", number=2, type=9, label=1)  # string
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file_proto)
