@@ -22,7 +22,8 @@ Bytes counted (MB = 10^6 bytes, GB = 10^9; every ``mb_per_s`` and ``cpu_s_per_gb
 * ``arrow``: the payload's Arrow bytes (``RecordBatch.nbytes``), no reserved columns;
 * ``json``: the JSON text sent (UTF-8 characters of the records);
 * ``bare`` and ``sink``: the *stamped* Arrow bytes, payload plus the three ``_twg_*`` columns
-  (``stamped_bytes`` per run), so their MB/s are not comparable with ``arrow_mb_per_s``.
+  (``stamped_bytes`` per run), so their MB/s are not comparable with ``arrow_mb_per_s``; the payload of
+  the same rows is ``payload_bytes`` (payload MB/s = stamped MB/s x payload_bytes / stamped_bytes).
 
 Client and emulator share the machine's cores, so the figures compare paths with one another; they are
 not Zerobus service figures. Acknowledgements are durable (fsync'd WAL); Delta materialisation is off
@@ -153,6 +154,7 @@ class Result:
     repetitions: int
     emulator: str  # where the emulator ran: "own process"
     stamped_bytes: int  # Arrow bytes the bare loop and the sink each send per repetition (payload + _twg_*)
+    payload_bytes: int  # the payload's own Arrow bytes per repetition (what the caller gave the sink)
     arrow_rows_per_s: float
     arrow_mb_per_s: float  # payload Arrow bytes only (no reserved columns): not comparable with bare/sink
     json_rows_per_s: float | None
@@ -469,6 +471,7 @@ def run(settings: Settings, warehouse: str, log: IO[bytes]) -> tuple[Result, lis
         repetitions=settings.repetitions,
         emulator="own process",
         stamped_bytes=bares[0].bytes,
+        payload_bytes=arrow.bytes,
         arrow_rows_per_s=arrow.rows_per_s,
         arrow_mb_per_s=arrow.mb_per_s,
         json_rows_per_s=json_phase.rows_per_s if json_phase else None,

@@ -45,6 +45,7 @@ SDK = "official SDK + local emulator in its own process"
 MB = 1_000_000
 MIB = 1024 * 1024
 STAMPED = "MB/s of stamped Arrow bytes"  # payload + _twg_emit_ts, _twg_source, _twg_offset; MB = 10^6 B
+PAYLOAD = "MB/s of payload Arrow bytes"  # the caller's own columns only
 TARGET_RSS_MB = 512  # issue 15: memory.py's peak_rss_mb (MB = 10^6 bytes) under this, any batch size
 SCALING_DEFAULT_MB = 256.0  # scaling.py's --mb default (payload MB per table)
 
@@ -257,6 +258,12 @@ def flag_value(command: str | None, flag: str) -> float | None:
     return None
 
 
+def payload_share(data: dict[str, Any]) -> float:
+    """Payload bytes over stamped bytes of a scaling run (its ``--mb`` is payload MB per table)."""
+    payload = flag_value(data.get("_command"), "--mb") or SCALING_DEFAULT_MB
+    return float(payload / data["mb_per_table"])
+
+
 def payload_note(data: dict[str, Any]) -> str:
     """What ``mb_per_table`` (stamped) is in payload terms: ``scaling.py --mb`` is payload MB per table."""
     payload = flag_value(data.get("_command"), "--mb") or SCALING_DEFAULT_MB
@@ -325,14 +332,16 @@ def scaling_section(data: dict[str, Any], where: str) -> list[str]:
         f"Each configuration ran {repetitions(rows)} time(s), interleaved with the others, on fresh "
         "tables; every figure is the median of those runs, the rates with their lowest and highest.",
         "",
-        f"| streams per table | tables | durable, {STAMPED} (median, min-max) | "
-        f"visible, {STAMPED} (median, min-max) | p50 ack s | p99 ack s |",
-        "|---:|---:|---:|---:|---:|---:|",
+        f"| streams per table | tables | durable, {STAMPED} (median, min-max) | durable, {PAYLOAD} | "
+        f"visible, {STAMPED} (median, min-max) | visible, {PAYLOAD} | p50 ack s | p99 ack s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    share = payload_share(data)
     for r in rows:
         lines.append(
             f"| {r['streams']} | {r['tables']} | {spread(r, 'mb_per_s_durable')} | "
-            f"{spread(r, 'mb_per_s_visible')} | {r['p50_ack_s']:.3f} | {r['p99_ack_s']:.3f} |"
+            f"{r['mb_per_s_durable'] * share:.1f} | {spread(r, 'mb_per_s_visible')} | "
+            f"{r['mb_per_s_visible'] * share:.1f} | {r['p50_ack_s']:.3f} | {r['p99_ack_s']:.3f} |"
         )
     lines += ["", f"![throughput vs streams]({throughput})", "", f"![ack latency]({latency})", ""]
     return lines
@@ -351,23 +360,29 @@ def throughput_section(data: dict[str, Any], where: str) -> list[str]:
         ),
     )
     arrow_json = data.get("arrow_over_json")
+    # Runs from before ``payload_bytes`` was recorded have no payload figures (rendered "n/a").
+    share = data["payload_bytes"] / data["stamped_bytes"] if data.get("payload_bytes") else None
     return [
         "## The sink's own cost: sink vs a bare SDK loop, like for like",
         "",
         f"Transport: **{SDK}**. {data['rows']:,} rows in batches of {data['batch_rows']:,}, "
         f"{data['repetitions']} interleaved bare/sink pairs, {data['stamped_bytes'] / MB:.1f} MB stamped "
-        "per run (the bare loop sends the sink's own stamped batches). MB/s and CPU per GB count those "
-        "stamped bytes (payload plus the three `_twg_*` columns).",
+        "per run (the bare loop sends the sink's own stamped batches), of which "
+        + (f"{data['payload_bytes'] / MB:.1f} MB" if share else "(not recorded)")
+        + " are the payload. Each MB/s and CPU per GB says whose bytes it counts: stamped (payload plus "
+        "the three `_twg_*` columns) or payload (the caller's own columns).",
         f"Command: `{data.get('_command', 'python benchmarks/emulator_throughput.py --json')}`.",
         "",
-        f"| path | rows/s (median) | {STAMPED} (median, min-max) | client CPU s per stamped GB |",
-        "|---|---:|---:|---:|",
-        f"| bare SDK loop | {bare['rows_per_s']['median']:,.0f} | {bare['mb_per_s']['median']:.1f} "
-        f"({bare['mb_per_s']['min']:.1f}-{bare['mb_per_s']['max']:.1f}) | "
-        f"{bare['cpu_s_per_gb']['median']:.2f} |",
-        f"| sink | {sink['rows_per_s']['median']:,.0f} | {sink['mb_per_s']['median']:.1f} "
-        f"({sink['mb_per_s']['min']:.1f}-{sink['mb_per_s']['max']:.1f}) | "
-        f"{sink['cpu_s_per_gb']['median']:.2f} |",
+        f"| path | rows/s (median) | {STAMPED} (median, min-max) | {PAYLOAD} (median) | "
+        "client CPU s per stamped GB | client CPU s per payload GB |",
+        "|---|---:|---:|---:|---:|---:|",
+        *(
+            f"| {name} | {fig['rows_per_s']['median']:,.0f} | {fig['mb_per_s']['median']:.1f} "
+            f"({fig['mb_per_s']['min']:.1f}-{fig['mb_per_s']['max']:.1f}) | "
+            f"{per_payload(fig['mb_per_s']['median'], share)} | {fig['cpu_s_per_gb']['median']:.2f} | "
+            f"{per_payload(fig['cpu_s_per_gb']['median'], 1 / share if share else None, 2)} |"
+            for name, fig in (("bare SDK loop", bare), ("sink", sink))
+        ),
         "",
         f"sink over bare: **{data['sink_over_bare']:.2f}** (min {data['sink_over_bare_min']:.2f}, max "
         f"{data['sink_over_bare_max']:.2f}); client CPU per GB sink over bare: "
@@ -381,6 +396,12 @@ def throughput_section(data: dict[str, Any], where: str) -> list[str]:
         f"![sink vs bare]({figure})",
         "",
     ]
+
+
+def per_payload(value: float, factor: float | None, digits: int = 1) -> str:
+    """A stamped figure restated per payload byte (``factor``: payload/stamped for a rate, its inverse for
+    a cost per GB); "n/a" when the run did not record its payload bytes."""
+    return "n/a" if factor is None else f"{value * factor:.{digits}f}"
 
 
 def rss_mb(run: dict[str, Any], key: str) -> float:

@@ -150,6 +150,7 @@ def run_dagster_demo(cfg: ZerobusConfig, rows: int, progress: Progress | None = 
         "rows_read_back": int(report.get("readback/rows_scanned", 0)) if report else 0,
         "verified": verified,
         "write_s": round(float(written.get("zerobus/duration_s", 0.0)), 3),
+        "payload_mb_per_s": written.get("zerobus/payload_mb_per_s"),
         "mb_per_s": written.get("zerobus/mb_per_s"),
         "streams": written.get("zerobus/streams_used"),
         "coalesce_ratio_p50": written.get("zerobus/coalesce_ratio_p50"),

@@ -104,6 +104,9 @@ def write_metadata(
         "zerobus/rows_skipped": int(result.rows_skipped),
         # Replayed by the SDK's reconnects during the write: may be in the table twice (an upper bound).
         "zerobus/rows_possibly_resent": int(result.rows_possibly_resent),
+        # Two byte counts, labelled: the user's own Arrow bytes, and those bytes as sent (stamped: conformed
+        # to the table's wire types, plus the three reserved ``_twg_*`` columns).
+        "zerobus/payload_bytes": int(result.payload_bytes),
         "zerobus/bytes_written": int(result.bytes_written),
         "zerobus/offset_start": int(result.offset_start),
         "zerobus/offset_end": int(result.offset_end),
@@ -112,6 +115,7 @@ def write_metadata(
         "zerobus/delivery_latency_p50_s": _optional_float(result.delivery_latency_p50_s),
         "zerobus/delivery_latency_p99_s": _optional_float(result.delivery_latency_p99_s),
         "zerobus/duration_s": round(float(result.duration_s), 4),
+        "zerobus/payload_mb_per_s": _mb_per_s(int(result.payload_bytes), float(result.duration_s)),
         "zerobus/mb_per_s": _mb_per_s(int(result.bytes_written), float(result.duration_s)),
     }
     if partitioned:

@@ -58,6 +58,7 @@ EMULATOR_THROUGHPUT = {
     "repetitions": int,
     "emulator": str,
     "stamped_bytes": int,
+    "payload_bytes": int,
     "arrow_rows_per_s": NUMBER,
     "arrow_mb_per_s": NUMBER,
     "json_rows_per_s": NUMBER,

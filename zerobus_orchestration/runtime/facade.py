@@ -299,6 +299,7 @@ class ZerobusRuntime:
             rows_written=info.rows,
             rows_skipped=skipped,
             bytes_written=info.bytes,
+            payload_bytes=info.payload_bytes,
             offset_start=span.start,
             offset_end=span.end,
             streams_used=info.streams,

@@ -13,7 +13,13 @@ from zerobus_orchestration.sink.health import PoolHealth
 
 @dataclass(frozen=True)
 class WriteResult:
-    """What one ``write`` delivered, measured (never assumed)."""
+    """What one ``write`` delivered, measured (never assumed).
+
+    Two byte counts, both Arrow in-memory sizes of the rows this write sent (skipped rows count in
+    neither): ``payload_bytes`` is the caller's own data; ``bytes_written`` is what was sent, stamped:
+    the payload as conformed to the table's wire types plus the three reserved ``_twg_*`` columns (on
+    narrow rows twice the payload or more). A throughput of the user's data divides ``payload_bytes``.
+    """
 
     table: str
     source: str
@@ -21,6 +27,7 @@ class WriteResult:
     rows_written: int
     rows_skipped: int
     bytes_written: int
+    payload_bytes: int
     offset_start: int
     offset_end: int
     streams_used: int
@@ -43,8 +50,27 @@ class WriteResult:
     """``replace`` writes: the ``_twg_source`` tags of the earlier runs of this partition whose rows this
     write deleted once its own rows were visible (``write_modes``)."""
 
+    @property
+    def payload_mb_per_s(self) -> float | None:
+        """The caller's data over the write's duration, in MB/s (MB = 10^6 bytes); None if instant."""
+        return _mb_per_s(self.payload_bytes, self.duration_s)
+
+    @property
+    def stamped_mb_per_s(self) -> float | None:
+        """Stamped bytes (``bytes_written``) over the write's duration, in MB/s (MB = 10^6 bytes)."""
+        return _mb_per_s(self.bytes_written, self.duration_s)
+
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields, plus both rates (``payload_mb_per_s``, ``stamped_mb_per_s``)."""
+        return {
+            **asdict(self),
+            "payload_mb_per_s": self.payload_mb_per_s,
+            "stamped_mb_per_s": self.stamped_mb_per_s,
+        }
+
+
+def _mb_per_s(nbytes: int, duration_s: float) -> float | None:
+    return round(nbytes / 1e6 / duration_s, 3) if duration_s > 0 else None
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class CommitInfo:
-    """What this sink submitted (not what is durable: see ``flush`` and the receipts)."""
+    """What this sink submitted (not what is durable: see ``flush`` and the receipts).
+
+    ``bytes``: stamped Arrow bytes, as sent (the payload conformed to the table's wire types, plus the
+    three reserved ``_twg_*`` columns). ``payload_bytes``: the caller's own Arrow bytes of the same rows,
+    before stamping: what a throughput of the user's data counts.
+    """
 
     table: str
     sink_id: str
@@ -65,6 +70,7 @@ class CommitInfo:
     rows: int
     bytes: int
     streams: int
+    payload_bytes: int
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,7 @@ class _Prepared:
     span: OffsetRange
     runs: tuple[OffsetRange, ...] | None  # the exact ranges when the batch's positions have gaps
     nbytes: int  # measured once; ``RecordBatch.nbytes`` walks every buffer
+    payload_nbytes: int  # the caller's rows' own bytes (no reserved columns, before conforming)
     claimed_from: int  # ``_next_offset`` before this batch claimed its positions (see ``_unclaim``)
     payload: pa.RecordBatch  # the caller's rows before stamping: what the range's content digest hashes
 
@@ -160,6 +167,7 @@ class ZerobusSink:
         self._batches = 0
         self._rows = 0
         self._bytes = 0
+        self._payload_bytes = 0
         self._closed = False
         self._stamper = Stamper(source)
 
@@ -291,6 +299,7 @@ class ZerobusSink:
             self._batches -= 1
             self._rows -= prepared.batch.num_rows
             self._bytes -= prepared.nbytes
+            self._payload_bytes -= prepared.payload_nbytes
             if self._next_offset == prepared.span.end:
                 self._next_offset = prepared.claimed_from
 
@@ -321,6 +330,7 @@ class ZerobusSink:
                 self._rows,
                 self._bytes,
                 self.pool.size,
+                self._payload_bytes,
             )
             return info, OffsetRange(self.start_offset, max(self.start_offset, self._next_offset))
 
@@ -482,10 +492,11 @@ class ZerobusSink:
                     self._last_schema = stamped.schema
                 assert self._target is not None
                 conformed = self.gate.conform(self.table, stamped, self._target)
-            if conformed is stamped and payload_nbytes is not None:
+            payload = batch.nbytes if payload_nbytes is None else payload_nbytes
+            if conformed is stamped:
                 # Unchanged by the gate: the payload's size plus the three stamped columns' (cheap:
                 # ``RecordBatch.nbytes`` walks every buffer of every column again).
-                nbytes = payload_nbytes + sum(column.nbytes for column in stamped.columns[-3:])
+                nbytes = payload + sum(column.nbytes for column in stamped.columns[-3:])
             else:
                 nbytes = conformed.nbytes
             stamped = conformed
@@ -494,7 +505,8 @@ class ZerobusSink:
             self._batches += 1
             self._rows += stamped.num_rows
             self._bytes += nbytes
-        return _Prepared(stamped, span, runs, nbytes, claimed_from, batch)
+            self._payload_bytes += payload
+        return _Prepared(stamped, span, runs, nbytes, payload, claimed_from, batch)
 
 
 __all__ = [

@@ -90,6 +90,8 @@ def test_ingest_parquet_and_csv_files(
     assert first["rows_written"] == 50 and first["rows_skipped"] == 0
     assert first["source"] == "files/parquet" and first["partition"] == "manual__try/-1"
     assert first["bytes_written"] > 0 and isinstance(first["delta_version"], int)
+    assert 0 < first["payload_bytes"] < first["bytes_written"]  # the user's bytes, then as sent
+    assert first["payload_mb_per_s"] < first["stamped_mb_per_s"]
     assert second["rows_written"] == 25
     json.dumps([first, second])  # XCom-safe
     logged = capfd.readouterr().out  # task loggers write through Airflow's structlog to stdout

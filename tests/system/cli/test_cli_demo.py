@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from zerobus_orchestration.cli.demo import render_summary
 from zerobus_orchestration.cli.main import app
 from zerobus_orchestration.readback import verify as readback_verify_module
 
@@ -85,6 +86,8 @@ def test_demo_falls_back_to_the_core_demo_without_dagster(
     summary = _one_json_object(result.stdout)
     assert summary["mode"] == "core"
     assert summary["verified"] is True and summary["rows_written"] == summary["rows_read_back"] == 300
+    assert 0 < summary["payload_mb_per_s"] < summary["mb_per_s"]  # the user's bytes, then as sent
+    assert "of your data" in render_summary(summary)
 
 
 def test_demo_exits_non_zero_when_read_back_is_not_verified(

@@ -45,6 +45,11 @@ def test_write_is_durable_in_delta_and_verified_through_iceberg(runtime: Zerobus
     assert (result.rows_written, result.rows_skipped) == (50_000, 0)
     assert (result.offset_start, result.offset_end) == (0, 50_000)
     assert result.delta_version is not None and result.delta_version >= 1
+    # The caller's own bytes, and those bytes as sent: plus 8 + 8 bytes of stamps and the tag per row.
+    assert result.payload_bytes == data.nbytes
+    assert result.bytes_written > result.payload_bytes + 50_000 * 16
+    assert result.as_dict()["payload_mb_per_s"] == result.payload_mb_per_s
+    assert 0 < result.payload_mb_per_s < result.stamped_mb_per_s
 
     landed = delta_rows(runtime)
     assert landed.num_rows == 50_000
@@ -65,6 +70,7 @@ def test_a_retried_write_resumes_from_coverage_and_sends_only_gaps(runtime: Zero
     # The retry replays the whole input: only positions [6000, 10000) are missing from coverage.
     retry = runtime.write(TABLE, data, source="orders", partition="2026-11-29")
     assert (retry.rows_written, retry.rows_skipped) == (4_000, 6_000)
+    assert retry.payload_bytes == data.slice(6_000).nbytes  # skipped rows are not counted
     assert retry.offset_end == 10_000
     landed = delta_rows(runtime)
     assert landed.num_rows == 10_000  # nothing duplicated

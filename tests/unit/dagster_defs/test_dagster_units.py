@@ -142,6 +142,7 @@ def _result(**overrides: object) -> WriteResult:
         "rows_written": 90,
         "rows_skipped": 10,
         "bytes_written": 2_000_000,
+        "payload_bytes": 800_000,
         "offset_start": 10,
         "offset_end": 100,
         "streams_used": 2,
@@ -172,7 +173,9 @@ def test_write_metadata_uses_standard_keys_and_measured_values() -> None:
     columns = meta["dagster/column_schema"].columns
     assert [(c.name, c.type, c.description) for c in columns] == [("order_id", "BIGINT", "the id")]
     assert meta["zerobus/streams_used"] == 2
-    assert meta["zerobus/mb_per_s"] == 4.0
+    assert meta["zerobus/mb_per_s"] == 4.0  # stamped bytes, as sent
+    assert meta["zerobus/payload_bytes"] == 800_000
+    assert meta["zerobus/payload_mb_per_s"] == 1.6  # the user's own bytes
     assert meta["zerobus/delta_version"] == 4
     assert meta["zerobus/partition"] == "@r1"
 

@@ -430,3 +430,25 @@ def test_a_streamed_input_failing_part_way_hands_back_the_receipts_already_issue
     sink.flush()
     assert [r.durable(timeout=5) for r in receipts] == [OffsetRange(0, 2), OffsetRange(2, 4)]
     pool.close()
+
+
+def test_finish_counts_the_callers_bytes_apart_from_the_stamped_bytes_sent(metrics: SinkMetrics) -> None:
+    """``payload_bytes`` is the caller's own Arrow bytes; ``bytes`` what was sent, reserved columns
+    included, summed over what the transport received. A streamed batch cut into slices (compact
+    copies) still counts each payload byte once."""
+    transport = MemoryTransport()
+    config = PoolConfig(min_streams=2, ack_channel_capacity=8, max_batch_bytes=64 * 1024)
+    pool = StreamPool(transport, TABLE, config, metrics=metrics)
+    sink = ZerobusSink(pool, source="asset/orders")
+    whole = rows(0, 1_000)
+    streamed = pa.record_batch({"v": pa.array(range(30_000), pa.int64()), "s": ["x" * 20] * 30_000})
+    sink.push(whole)
+    sink.push(iter([streamed]))  # 840 KB as sent: cut into slices under 64 KiB
+    sink.flush()
+    info, _ = sink.finish()
+    assert info.batches > 2  # the streamed batch was sliced
+    assert info.payload_bytes == whole.nbytes + streamed.nbytes
+    sent = sum(batch.nbytes for batch in transport.durable_batches(TABLE))
+    assert info.bytes == sent
+    assert info.bytes > info.payload_bytes + 1_000 * 8  # the three reserved columns, per row
+    pool.close()
