@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
 from zerobus_orchestration.tables import table_uri
@@ -78,3 +79,17 @@ def raw_rows(offsets: list[int], source: str = "orders", region: str = "eu") -> 
             "_twg_offset": pa.array(offsets, pa.int64()),
         }
     )
+
+
+def deleted_by_deltalake(warehouse: str, table: str) -> int:
+    """Ten rows of ``orders`` and a blob column; ``deltalake`` deletes offset 3 (a row-level
+    delete), which rewrites the file with view types in its Arrow schema. Returns the Delta version."""
+    rows = raw_rows(list(range(10))).append_column("blob", pa.array([b"b%d" % o for o in range(10)]))
+    write_delta(warehouse, table, rows)
+    uri = table_uri(warehouse, table)
+    DeltaTable(uri).delete("_twg_offset = 3")
+    delta = DeltaTable(uri)
+    rewritten = [pq.read_schema(path) for path in delta.file_uris()]
+    # The precondition this test is about: the rewritten file stores view types in its Arrow schema.
+    assert any(schema.field("_twg_source").type == pa.string_view() for schema in rewritten), rewritten
+    return int(delta.version())

@@ -20,7 +20,7 @@ import itertools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +37,7 @@ from zerobus_orchestration.tables import TableName
 from zerobus_orchestration.write_modes import logical_partition, partition_of_tag, source_tag
 
 if TYPE_CHECKING:
+    import pyarrow.dataset as pa_dataset
     from deltalake import DeltaTable
 
 log = logging.getLogger(__name__)
@@ -88,15 +89,13 @@ def delivered_offsets(reader: TableReader, *, source: str, partition: str = "") 
     """Every ``_twg_offset`` of (source, partition) in the table, unsorted, duplicates kept (int64)."""
     import pyarrow.dataset as ds  # loads pandas (~0.4 s): only a table-truth read pays for it
     from deltalake import DeltaTable
-    from deltalake.exceptions import DeltaError, DeltaProtocolError
+    from deltalake.exceptions import DeltaError
 
     tag = source_tag(source, partition)
     try:
         table = DeltaTable(reader.uri, storage_options=reveal(reader.storage_options) or None)
-        try:
-            dataset = table.to_pyarrow_dataset(file_pruning_predicate=[(SOURCE, "=", tag)])
-        except DeltaProtocolError:
-            # Column mapping or deletion vectors: pyarrow datasets refuse them, DataFusion reads them.
+        dataset = _pyarrow_dataset(table, file_pruning_predicate=[(SOURCE, "=", tag)])
+        if dataset is None:
             offsets = _offsets_via_datafusion(table, tag)
         else:
             offsets = dataset.to_table(columns=[OFFSET], filter=ds.field(SOURCE) == tag).column(OFFSET)
@@ -117,13 +116,12 @@ def source_tag_counts(reader: TableReader, *, prefix: str) -> dict[str, int]:
     """Rows per distinct ``_twg_source`` value in the table that starts with ``prefix``."""
     import pyarrow.dataset as ds  # loads pandas (~0.4 s): only a table-truth read pays for it
     from deltalake import DeltaTable
-    from deltalake.exceptions import DeltaError, DeltaProtocolError
+    from deltalake.exceptions import DeltaError
 
     try:
         table = DeltaTable(reader.uri, storage_options=reveal(reader.storage_options) or None)
-        try:
-            dataset = table.to_pyarrow_dataset()
-        except DeltaProtocolError:
+        dataset = _pyarrow_dataset(table)
+        if dataset is None:
             tags = _tags_via_datafusion(table, prefix)
         else:
             wanted = pc.starts_with(ds.field(SOURCE), pattern=prefix)
@@ -227,6 +225,24 @@ def offsets_to_ranges(offsets: pa.Array) -> tuple[OffsetRange, ...]:
     return tuple(OffsetRange(int(s), int(e)) for s, e in zip(starts.tolist(), ends.tolist(), strict=True))
 
 
+def _pyarrow_dataset(table: DeltaTable, **kwargs: Any) -> pa_dataset.Dataset | None:
+    """The table as a pyarrow dataset, or ``None`` when only DataFusion reads it right.
+
+    Deletion vectors: deltalake refuses the dataset (``DeltaProtocolError``). Column mapping: deltalake
+    hands one out whose columns read as all NULL, silently (its files name columns by physical name;
+    delta-io/delta-rs#1814), so a truth read would claim nothing was delivered. DataFusion reads both.
+    """
+    from deltalake.exceptions import DeltaProtocolError
+
+    mode = str(table.metadata().configuration.get("delta.columnMapping.mode", "none")).lower()
+    if mode in ("name", "id"):
+        return None
+    try:
+        return table.to_pyarrow_dataset(**kwargs)
+    except DeltaProtocolError:
+        return None
+
+
 def _offsets_via_datafusion(table: DeltaTable, tag: str) -> pa.Array:
     return _column_via_datafusion(table, OFFSET, f'"{SOURCE}" = {_sql_string(tag)}', pa.int64())
 
@@ -246,7 +262,8 @@ def _column_via_datafusion(table: DeltaTable, column: str, where: str, empty_typ
     from deltalake import QueryBuilder
 
     query = f'SELECT "{column}" FROM raw WHERE {where}'
-    rows = QueryBuilder().register("raw", table).execute(query).read_all()
+    rows = pa.table(QueryBuilder().register("raw", table).execute(query).read_all())
     if rows.num_rows == 0:
         return pa.array([], empty_type)
-    return rows.column(column).combine_chunks()
+    # DataFusion answers with view types (Utf8View), which pyarrow cannot compare, filter or sort.
+    return pc.cast(rows.column(column).combine_chunks(), empty_type)

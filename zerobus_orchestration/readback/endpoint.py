@@ -27,13 +27,16 @@ from zerobus_orchestration.config import ReadbackConfig
 from zerobus_orchestration.errors import ConfigError, ReadbackError
 from zerobus_orchestration.readback.auth import rest_auth_properties
 from zerobus_orchestration.readback.iceberg_nulls import keep_list_nulls
+from zerobus_orchestration.readback.iceberg_views import read_views_as_plain
 from zerobus_orchestration.reserved import OFFSET, SOURCE
 from zerobus_orchestration.tables import TableName
 
 SYNC_ROUTE: Final = "/zerobus/v1/sync/"  # the embedded facade's non-standard "convert now" endpoint
 
-# Every read-back scan goes through an IcebergEndpoint: a NULL array of structs must read as NULL.
+# Every read-back scan goes through an IcebergEndpoint: a NULL array of structs must read as NULL, and
+# a file another Delta writer stored with view types must read (and filter) as string / binary.
 keep_list_nulls()
+read_views_as_plain()
 
 
 @dataclass(frozen=True)
