@@ -3,12 +3,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-PY_DIRS := zerobus_orchestration dagster_defs airflow_provider tests benchmarks examples
+PY_DIRS := zerobus_orchestration dagster_defs airflow_provider tests benchmarks examples tools
 # The official SDK tunnels even 127.0.0.1 through *_proxy variables; keep loopback direct.
 LOOPBACK_ENV := env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u grpc_proxy -u GRPC_PROXY \
 	NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost no_grpc_proxy=127.0.0.1,localhost
 
-.PHONY: venv demo test lint typecheck pytest bench bench-report proto clean
+.PHONY: venv demo test lint typecheck pytest docs bench bench-report proto clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,12 +28,17 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-logo  # the layering contracts in .importlinter
 
 typecheck: $(STAMP)
-	$(BIN)/mypy zerobus_orchestration dagster_defs airflow_provider benchmarks
+	$(BIN)/mypy zerobus_orchestration dagster_defs airflow_provider benchmarks tools
 
 pytest: $(STAMP)
 	$(LOOPBACK_ENV) $(BIN)/pytest $(PYTEST_ARGS)
 
 test: lint typecheck pytest
+
+# The generated parts of docs/ (settings from config.py's field descriptions, the CLI from its parser, the
+# public API from docs/public-api.txt); tests/unit/test_docs_reference.py fails when they are stale.
+docs: $(STAMP)
+	$(BIN)/python tools/docs_reference.py
 
 bench: $(STAMP)
 	$(LOOPBACK_ENV) $(BIN)/python benchmarks/pipelining.py

@@ -70,11 +70,20 @@ class _Model(BaseModel):
 
 
 class PoolConfig(_Model):
+    """The sink's stream pool: how many streams per table, and how much it holds in flight."""
+
     min_streams: int = Field(1, ge=1, le=1024, description="Floor on streams per table.")
     per_stream_mb_ceiling: float = Field(
-        DEFAULT_PER_STREAM_MB_CEILING, gt=0, description="MB/s one stream may carry (Zerobus quota)."
+        DEFAULT_PER_STREAM_MB_CEILING,
+        gt=0,
+        description="MB/s one stream may carry (the documented Zerobus per-stream quota).",
     )
-    peak_mb_s: float = Field(0.0, ge=0, description="Expected peak MB/s into one table.")
+    peak_mb_s: float = Field(
+        0.0,
+        ge=0,
+        description="Expected peak MB/s into one table; streams per table = max(min_streams, "
+        "ceil(peak_mb_s / per_stream_mb_ceiling)).",
+    )
     ack_channel_capacity: int = Field(
         4096, ge=1, description="Pending acks per stream before push blocks (with max_inflight_bytes)."
     )
@@ -162,15 +171,33 @@ class SdkStreamOptions(_Model):
     The defaults are listed in docs/architecture.md#the-zerobus-service-and-the-official-sdk.
     """
 
-    recovery: bool = True
-    recovery_timeout_ms: int = Field(15_000, gt=0)
-    recovery_backoff_ms: int = Field(2_000, ge=0)
-    recovery_retries: int = Field(4, ge=0)
-    server_lack_of_ack_timeout_ms: int = Field(60_000, gt=0)
-    flush_timeout_ms: int = Field(300_000, gt=0)
-    connection_timeout_ms: int = Field(30_000, gt=0)
-    max_inflight_batches: int = Field(1_000, gt=0)
-    ipc_compression: Literal["none", "lz4_frame", "zstd"] = "none"
+    recovery: bool = Field(
+        True,
+        description="The SDK reconnects a stream on a retryable failure and re-sends every batch not yet "
+        "acknowledged (at-least-once); off, such a failure ends the stream and the pool rebuilds it.",
+    )
+    recovery_timeout_ms: int = Field(15_000, gt=0, description="Time limit of one SDK recovery attempt.")
+    recovery_backoff_ms: int = Field(2_000, ge=0, description="SDK wait between recovery attempts.")
+    recovery_retries: int = Field(4, ge=0, description="SDK recovery attempts before it gives the stream up.")
+    server_lack_of_ack_timeout_ms: int = Field(
+        60_000,
+        gt=0,
+        description="The SDK fails a connection whose oldest pending batch has waited this long for an "
+        "acknowledgement (and, with recovery on, reconnects).",
+    )
+    flush_timeout_ms: int = Field(
+        300_000, gt=0, description="Longest an SDK flush (or close) waits for the stream's acknowledgements."
+    )
+    connection_timeout_ms: int = Field(30_000, gt=0, description="Time limit for the SDK to open a stream.")
+    max_inflight_batches: int = Field(
+        1_000,
+        gt=0,
+        description="Batches one SDK stream holds unacknowledged at most; with pool.max_inflight_bytes and "
+        "pool.ack_channel_capacity, whichever limit is reached first makes push wait.",
+    )
+    ipc_compression: Literal["none", "lz4_frame", "zstd"] = Field(
+        "none", description="Compression of the Arrow IPC messages the SDK sends: none, lz4_frame or zstd."
+    )
     stream_paused_max_wait_time_ms: int | None = Field(
         None,
         gt=0,
@@ -180,7 +207,14 @@ class SdkStreamOptions(_Model):
 
 
 class CatalogConfig(_Model):
-    backend: CatalogBackend = CatalogBackend.LOCAL
+    """The catalog backend: where tables are created and evolved, and how comments are kept."""
+
+    backend: CatalogBackend = Field(
+        CatalogBackend.LOCAL,
+        description="local: Delta tables in the warehouse with a table registry in the state dir (the "
+        "embedded default; one host only); unity: Unity Catalog through databricks-sdk, DDL run on "
+        "catalog.sql_warehouse_id.",
+    )
     sql_warehouse_id: str | None = Field(None, description="Databricks SQL warehouse running DDL (unity).")
     allow_widening: bool = Field(False, description="Plan lossless type widening instead of refusing it.")
     local_catalogs: tuple[str, ...] = Field(
@@ -189,7 +223,13 @@ class CatalogConfig(_Model):
         "table in another catalog is refused, not created). Environment: ZEROBUS_CATALOG__LOCAL_CATALOGS="
         "main,dev.",
     )
-    comment_policy: CommentPolicy = CommentPolicy.RESPECT
+    comment_policy: CommentPolicy = Field(
+        CommentPolicy.RESPECT,
+        description="What a plan does with a described column's comment that someone changed outside the "
+        "package (a managed comment whose text no longer matches its hash, or a comment without the "
+        "twg:managed marker): respect keeps it and notes it in the plan; restore writes the contract's "
+        "description back.",
+    )
     precondition_recheck_s: float = Field(
         60.0,
         ge=0,
@@ -208,6 +248,8 @@ class CatalogConfig(_Model):
 
 
 class CoverageConfig(_Model):
+    """Coverage (which positions of a write are durable) and how a resume reads it."""
+
     location: str | None = Field(
         None, description="SQLite file for coverage; default <state_dir>/coverage.sqlite."
     )
@@ -229,15 +271,29 @@ class CoverageConfig(_Model):
 
 
 class ReadbackConfig(_Model):
+    """Read-back: verifying through Iceberg that what was delivered is readable."""
+
     iceberg_rest_uri: str | None = Field(
-        None, description="Iceberg REST catalog; default the embedded facade or <workspace>/api/2.1/..."
+        None,
+        description="Iceberg REST catalog URI; default the embedded emulator's facade, or "
+        "<workspace_url>/api/2.1/unity-catalog/iceberg-rest.",
     )
     iceberg_catalog: str = Field("main", description="Iceberg REST warehouse (the UC catalog name).")
-    token: SecretStr | None = None
+    token: SecretStr | None = Field(
+        None,
+        description="Bearer token for the Iceberg REST catalog, used instead of the service principal's "
+        "OAuth token (or the embedded emulator's).",
+    )
     wait_timeout_s: float = Field(120.0, gt=0, description="Deadline for Iceberg metadata to catch up.")
-    poll_initial_s: float = Field(0.2, gt=0)
-    poll_max_s: float = Field(5.0, gt=0)
-    force_metadata: bool = Field(False, description="Ask the emulator to mirror now instead of waiting.")
+    poll_initial_s: float = Field(
+        0.2, gt=0, description="First wait between polls of the Iceberg snapshot; each wait doubles."
+    )
+    poll_max_s: float = Field(5.0, gt=0, description="Longest wait between polls of the Iceberg snapshot.")
+    force_metadata: bool = Field(
+        False,
+        description="Embedded only: ask the emulator to mirror the table into Iceberg now instead of "
+        "waiting out emulator.iceberg_lag_s (refused against another Iceberg REST catalog).",
+    )
 
 
 EmulatorMode = Literal["in_process", "daemon"]
@@ -248,6 +304,8 @@ the warehouse's one emulator process (``zerobus-orch readback`` right after a ru
 
 
 class EmulatorConfig(_Model):
+    """The local Zerobus emulator: the embedded default (no endpoint) and ``zerobus-orch serve``."""
+
     mode: EmulatorMode = Field(
         "in_process",
         description="in_process: each process starts its own emulator (one process per warehouse at a "
@@ -259,15 +317,28 @@ class EmulatorConfig(_Model):
     daemon_start_timeout_s: float = Field(
         60.0, gt=0, description="daemon mode: how long a client waits for a starting emulator to serve."
     )
-    host: str = "127.0.0.1"
+    host: str = Field(
+        "127.0.0.1", description="Address the emulator's gRPC and HTTP servers listen on and advertise."
+    )
     port: int = Field(0, ge=0, le=65535, description="gRPC port; 0 picks a free one.")
     token_port: int = Field(0, ge=0, le=65535, description="OAuth/Iceberg REST HTTP port; 0 picks one.")
-    time_to_table_s: float = Field(1.0, gt=0, description="Materialiser period from WAL to Delta.")
-    iceberg_lag_s: float = Field(2.0, ge=0, description="Emulated UniForm conversion lag.")
-    per_stream_mb_s: float | None = Field(None, gt=0, description="Per-stream throttle (None: unlimited).")
-    max_streams_per_table: int | None = Field(None, ge=1, description="RESOURCE_EXHAUSTED above this.")
-    token_ttl_s: int = Field(3600, gt=0)
-    client_id: str = "zerobus-local"
+    time_to_table_s: float = Field(
+        1.0, gt=0, description="How often the materialiser commits the write-ahead log to the Delta tables."
+    )
+    iceberg_lag_s: float = Field(
+        2.0, ge=0, description="Delay after a Delta commit before its Iceberg mirror (emulated UniForm lag)."
+    )
+    per_stream_mb_s: float | None = Field(
+        None, gt=0, description="Throttle on each stream's MB/s, like the service's quota (unset: none)."
+    )
+    max_streams_per_table: int | None = Field(
+        None,
+        ge=1,
+        description="Streams one table may have open at once; one more is refused with RESOURCE_EXHAUSTED "
+        "(unset: no limit).",
+    )
+    token_ttl_s: int = Field(3600, gt=0, description="Lifetime of the OAuth tokens the emulator issues.")
+    client_id: str = Field("zerobus-local", description="The emulator's OAuth client id.")
     client_secret: SecretStr = Field(
         SecretStr("zerobus-local-secret"),
         description="Emulator OAuth client secret; left at this default, a per-warehouse secret is "
@@ -324,14 +395,22 @@ class ZerobusConfig(_Model):
         "start, each bounded by this, and fails naming the URL and the cause if either does not answer.",
     )
     warehouse: str = Field(DEFAULT_WAREHOUSE, description="Embedded warehouse folder or s3:// URI.")
-    storage_options: dict[str, SecretStr] = Field(default_factory=dict, description="Object store options.")
+    storage_options: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="Object store options of an s3:// warehouse, as deltalake takes them (AWS_REGION, "
+        "AWS_ENDPOINT_URL, keys); all masked. Environment: ZEROBUS_STORAGE_OPTIONS__AWS_REGION=...",
+    )
     state_dir: str | None = Field(
         None,
         description="Local folder for SQLite state and the emulator WAL (catalog registry, coverage, "
         "Iceberg catalog, wal/); default <warehouse>/_zerobus for a folder warehouse, "
         "./.zerobus/state/<hash of the URI> for an object store (SQLite and fsync need local disk).",
     )
-    role: Role = Role.PRIMARY_RAW
+    role: Role = Field(
+        Role.PRIMARY_RAW,
+        description="Role of a table written without one: primary_raw (append only, its preconditions "
+        "re-checked on every write) or derived (may be written with mode replace).",
+    )
     pool: PoolConfig = PoolConfig()
     sdk: SdkStreamOptions = SdkStreamOptions()
     catalog: CatalogConfig = CatalogConfig()

@@ -18,6 +18,7 @@ SEARCHED = (
     "benchmarks",
     "examples",
     "docs",
+    "tools",
 )
 SUFFIXES = {".py", ".md", ".proto", ".toml", ".yml", ".yaml"}
 # Built from parts so this file does not cite what it forbids.

@@ -1,0 +1,1 @@
+"""Development tools (the documentation generators); the packages never import them."""
