@@ -224,3 +224,18 @@ def test_scaling_repetitions_report_each_configuration_once_with_its_spread() ->
     assert row["repetitions"] == 2  # both runs, reported as one row: their median
     for rate in ("mb_per_s_durable", "mb_per_s_visible"):
         assert row[f"{rate}_min"] <= row[rate] <= row[f"{rate}_max"]
+
+
+def test_parquet_codec_smoke_prints_its_json_shape() -> None:
+    result = run_benchmark("parquet_codec.py", "--mb", "1", "--repetitions", "1", "--json")
+    row = {
+        "codec": str,
+        "cpu_s_per_gb": NUMBER,
+        "wall_s_per_gb": NUMBER,
+        "parquet_bytes_per_arrow_byte": NUMBER,
+        "cpu_ratio_to_snappy": NUMBER,
+    }
+    assert_shape({k: v for k, v in result.items() if k != "results"}, {"arrow_mb": NUMBER}, "parquet_codec")
+    for i, found in enumerate(result["results"]):
+        assert_shape(found, row, f"parquet_codec.results[{i}]")
+    assert [r["codec"] for r in result["results"]] == ["snappy", "zstd-1", "zstd-3"]

@@ -31,6 +31,7 @@ from deltalake import (
 )
 
 from zerobus_orchestration.emulator.errors import ConformError, TableFailedError
+from zerobus_orchestration.emulator.parquet_codec import SNAPPY, ZSTD, parquet_codec
 from zerobus_orchestration.emulator.records import batches_from_ipc
 from zerobus_orchestration.emulator.schema_check import conform
 from zerobus_orchestration.emulator.table_health import (
@@ -48,16 +49,21 @@ log = logging.getLogger(__name__)
 
 WAL_APP_ID = "zerobus-emulator-wal"
 # Encoding Parquet is most of what materialising costs, and it shares this process (and the cores) with
-# the gRPC handlers acknowledging batches (benchmarks/scaling.py, docs/performance.md). Snappy, delta-rs's
-# default: ZSTD took ~45 % more CPU per GB. No dictionary pages: building them took ~half of the
+# the gRPC handlers acknowledging batches (benchmarks/scaling.py, docs/performance.md). The codec is the
+# service's (parquet_codec.py): Snappy, or Zstandard for tables with Iceberg reads on, at level 1: about
+# Snappy's CPU per GB (1.1x) for files 3.6x smaller, where level 3 took 1.25x (benchmarks/parquet_codec.py,
+# docs/adr/0003-emulator-fidelity-limits.md). No dictionary pages: building them took ~half of the
 # encoding CPU (4.5 -> 2.4 s per GB) for files ~15 % larger; every reader reads either. Statistics per
 # column chunk, not per page: the Delta log's file statistics (minValues, maxValues, nullCount) come
 # from the chunk's and are the same; only the page index goes, and the per-page min/max it took ~15 %
 # of the encoding CPU (3.2 -> 2.7 s per GB, delta-rs 1.6 writing the benchmark's rows).
-WRITER_PROPERTIES = WriterProperties(
-    compression="SNAPPY",
-    default_column_properties=ColumnProperties(dictionary_enabled=False, statistics_enabled="CHUNK"),
-)
+COLUMN_PROPERTIES = ColumnProperties(dictionary_enabled=False, statistics_enabled="CHUNK")
+WRITER_PROPERTIES = {
+    SNAPPY: WriterProperties(compression="SNAPPY", default_column_properties=COLUMN_PROPERTIES),
+    ZSTD: WriterProperties(
+        compression="ZSTD", compression_level=1, default_column_properties=COLUMN_PROPERTIES
+    ),
+}
 MAX_COMMIT_BYTES = 256 * 1024 * 1024
 MAX_KEPT_ERRORS = 100
 MAX_TRANSIENT_FAILURES = 8  # then the table is marked failed instead of retried forever
@@ -186,7 +192,7 @@ class TableState:
             dt,
             data,
             mode="append",
-            writer_properties=WRITER_PROPERTIES,
+            writer_properties=WRITER_PROPERTIES[parquet_codec(dt.metadata().configuration)],
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=WAL_APP_ID, version=last)]
             ),

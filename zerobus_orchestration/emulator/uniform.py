@@ -40,6 +40,7 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.table import Table as IcebergTable
 
 from zerobus_orchestration.emulator.errors import MirrorError
+from zerobus_orchestration.emulator.parquet_codec import parquet_codec
 from zerobus_orchestration.snapshot_summary import DELTA_TIMESTAMP_KEY, DELTA_VERSION_KEY
 from zerobus_orchestration.tables import TableName
 
@@ -154,7 +155,8 @@ def convert_version(
     check_convertible(name, dt)
 
     arrow_schema = delta_arrow_schema_with_docs(pa.schema(dt.schema().to_arrow()))
-    table = load_or_create(catalog, name, delta_uri, arrow_schema)
+    codec = parquet_codec(dt.metadata().configuration)
+    table = load_or_create(catalog, name, delta_uri, arrow_schema, codec)
     already = snapshot_delta_version(table)
     if already >= target:
         return already
@@ -259,9 +261,12 @@ def check_convertible(name: TableName, dt: DeltaTable) -> None:
 
 
 def load_or_create(
-    catalog: SqlCatalog, name: TableName, delta_uri: str, arrow_schema: pa.Schema
+    catalog: SqlCatalog, name: TableName, delta_uri: str, arrow_schema: pa.Schema, codec: str
 ) -> IcebergTable:
-    """The Iceberg table of ``name``, created (metadata inside the Delta folder) on first use."""
+    """The Iceberg table of ``name``, created (metadata inside the Delta folder) on first use.
+
+    It declares ``codec``, the one the materialiser writes the table's files with (parquet_codec.py).
+    """
     identifier = (name.schema, name.table)
     try:
         return catalog.load_table(identifier)
@@ -274,7 +279,7 @@ def load_or_create(
             identifier,
             schema=arrow_schema,
             location=delta_uri,
-            properties={"write.parquet.compression-codec": "zstd"},
+            properties={"write.parquet.compression-codec": codec},
         )
     except TableAlreadyExistsError:  # another process mirrored it first
         return catalog.load_table(identifier)
