@@ -8,7 +8,7 @@ PY_DIRS := zerobus_orchestration dagster_defs airflow_provider tests benchmarks 
 LOOPBACK_ENV := env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u grpc_proxy -u GRPC_PROXY \
 	NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost no_grpc_proxy=127.0.0.1,localhost
 
-.PHONY: venv demo test lint typecheck pytest docs bench bench-report proto clean
+.PHONY: venv demo test lint typecheck pytest docs docs-check bench bench-report proto clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,12 +33,19 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(LOOPBACK_ENV) $(BIN)/pytest $(PYTEST_ARGS)
 
-test: lint typecheck pytest
+test: lint typecheck docs-check pytest
 
-# The generated parts of docs/ (settings from config.py's field descriptions, the CLI from its parser, the
-# public API from docs/public-api.txt); tests/unit/test_docs_reference.py fails when they are stale.
+# The site (mkdocs.yml) into .site/: --strict fails on a broken link or anchor, README.md included. The
+# generated parts of docs/ (settings from config.py's field descriptions, the CLI from its parser, the
+# public API from docs/public-api.txt) are rewritten by `docs` and checked by `docs-check` (make test).
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 docs: $(STAMP)
 	$(BIN)/python tools/docs_reference.py
+	$(MKDOCS)
+
+docs-check: $(STAMP)
+	$(BIN)/python tools/docs_reference.py --check
+	$(MKDOCS)
 
 bench: $(STAMP)
 	$(LOOPBACK_ENV) $(BIN)/python benchmarks/pipelining.py
@@ -55,4 +62,4 @@ proto: $(STAMP)
 		$(PROTO_DIR)/zerobus_service.proto $(PROTO_DIR)/flight.proto
 
 clean:
-	rm -rf $(VENV) .zerobus .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
+	rm -rf $(VENV) .site .zerobus .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
