@@ -413,8 +413,8 @@ def build_readback_check(
         if materialization is None or target is None:
             return dg.AssetCheckResult(passed=False, description="no Zerobus materialisation to verify yet")
         try:
-            report = zerobus.runtime.verify_readback(
-                target.table, source=target.source, partition=target.partition
+            outcome = zerobus.runtime.verify(
+                target.table, source=target.source, partition=target.partition, raise_errors=True
             )
         except NothingToVerifyError:
             # Same judgement as the read-back sensor: an empty write passes, a write with rows fails.
@@ -425,9 +425,9 @@ def build_readback_check(
         except ReadbackError as exc:
             return dg.AssetCheckResult(passed=False, description=f"{target.table}: {exc}")
         return dg.AssetCheckResult(
-            passed=bool(report.verified),
-            metadata=report_metadata(report),
-            description=f"{target.table}: {'' if report.verified else 'NOT '}verified through Iceberg",
+            passed=outcome.verified,
+            metadata={**report_metadata(outcome.report or {}), "readback/status": outcome.status.value},
+            description=f"{target.table}: verified through Iceberg" if outcome.verified else outcome.message,
         )
 
     return _readback

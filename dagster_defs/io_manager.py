@@ -43,6 +43,7 @@ from dagster_defs.output_table import (
 from dagster_defs.resource import ZerobusResource
 from zerobus_orchestration.config import Role
 from zerobus_orchestration.errors import NothingToVerifyError, PlanRefusedError, WriteBoundaryError
+from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
 from zerobus_orchestration.reserved import is_reserved
 from zerobus_orchestration.runtime.facade import ZerobusRuntime
 from zerobus_orchestration.runtime.results import WriteResult
@@ -369,7 +370,7 @@ class ZerobusIO(dg.IOManager):
             return rt.read_rows(name)
         try:
             # Iceberg metadata lags the Delta commit; block until the upstream's rows are visible.
-            rt.verify_readback(name, source=source)
+            _require_visible(rt.verify(name, source=source, raise_errors=True), where)
         except NothingToVerifyError:
             # The upstream delivered no rows (an empty write, which still created the table). A table
             # that does not exist still fails the step.
@@ -381,7 +382,8 @@ class ZerobusIO(dg.IOManager):
                 # commit yet: its rows are none, in the live schema.
                 context.log.info(f"{where}: {name} has no delivered rows; loading it empty")
                 return state.arrow_schema().empty_table()
-            rt.verify_readback(name)  # other writers' rows: wait until they are visible
+            # Other writers' rows: wait until they are visible.
+            _require_visible(rt.verify(name, raise_errors=True), where)
         return rt.read_rows(name)
 
     def _latest_runs(
@@ -432,3 +434,9 @@ class ZerobusIO(dg.IOManager):
                 raise dg.Failure(description=f"{where}: columns {missing} are not in {table.column_names}")
             table = table.select(wanted)
         return table
+
+
+def _require_visible(outcome: ReadbackOutcome, where: str) -> None:
+    """Fail the step when Iceberg did not show the upstream's rows before the read-back deadline."""
+    if outcome.status is ReadbackStatus.NOT_VISIBLE_YET:
+        raise dg.Failure(description=f"{where}: {outcome.message}; raise zerobus.readback.wait_timeout_s")

@@ -6,7 +6,7 @@ The names a library user needs are importable from here::
 
     runtime = acquire_runtime(load_config())
     result = runtime.write("main.raw.orders", table, source="orders-job", partition="2026-11-30")
-    report = runtime.verify_readback("main.raw.orders", source="orders-job", partition="2026-11-30")
+    outcome = runtime.verify("main.raw.orders", source="orders-job", partition="2026-11-30")
 
 Everything else (the pool, ack lanes, confirmations, catalog backends, the emulator) is an
 implementation detail that may change between releases; ``docs/architecture.md`` maps it and

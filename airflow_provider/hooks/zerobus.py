@@ -176,7 +176,7 @@ class ZerobusHook(BaseHook):
             schema=schema,
         )
 
-    def verify_readback_once(
+    def verify_once(
         self,
         table: str,
         *,
@@ -203,7 +203,7 @@ class ZerobusHook(BaseHook):
             table, source=source, partition=partition, ranges=ranges, replaces=replaces
         )
 
-    async def averify_readback_once(
+    async def averify_once(
         self,
         table: str,
         *,
@@ -212,7 +212,7 @@ class ZerobusHook(BaseHook):
         ranges: Sequence[OffsetRange] | None = None,
         replaces: str | None = None,
     ) -> ReadbackOutcome:
-        """``verify_readback_once`` for triggers: the connection is read asynchronously, pyiceberg in a
+        """``verify_once`` for triggers: the connection is read asynchronously, pyiceberg in a
         thread."""
         try:
             await self.aget_config()
@@ -221,7 +221,7 @@ class ZerobusHook(BaseHook):
 
             return outcome_of_error(exc, table)
         return await asyncio.to_thread(
-            self.verify_readback_once,
+            self.verify_once,
             table,
             source=source,
             partition=partition,

@@ -167,7 +167,7 @@ class ZerobusReadbackSensor(BaseSensorOperator):
     def _attempt(self, context: Context) -> ReadbackOutcome:
         source, partition, replaces = self._target(context)
         record = self._record(context)
-        return self.hook.verify_readback_once(
+        return self.hook.verify_once(
             self.table,
             source=source,
             partition=partition,

@@ -9,7 +9,7 @@ refused. What to verify is the ingest's own record, ``ranges`` (``[[start, end],
 falls back to the table's own truth. ``replaces``: the ingest was a ``replace`` of that logical
 partition, so rows of its other runs still in the table are duplicates (docs/adr/0007-write-modes.md).
 
-Every poll is one read-only ``ZerobusHook.averify_readback_once`` (the core's ``ReadbackService``, run
+Every poll is one read-only ``ZerobusHook.averify_once`` (the core's ``ReadbackService``, run
 in a worker thread: pyiceberg is synchronous): no write runtime, no stream pool. Whether an attempt is
 final is the core's ``ReadbackStatus``; the trigger yields exactly one event, ``status`` success /
 error / timeout, carrying the last outcome as ``outcome`` (``ReadbackOutcome.to_json()``). An error
@@ -129,7 +129,7 @@ class ZerobusReadbackTrigger(BaseTrigger):
         ranges = None if self.ranges is None else ranges_from_primitives(self.ranges)
         while time.time() < self.end_time:
             polls += 1
-            last = await hook.averify_readback_once(
+            last = await hook.averify_once(
                 self.table,
                 source=self.source,
                 partition=self.partition,

@@ -1,6 +1,6 @@
 """The Airflow view of a read-back outcome; the verdict itself is the core's ``ReadbackStatus``.
 
-Each attempt is one ``ZerobusHook.verify_readback_once`` call returning a ``ReadbackOutcome``; whether it
+Each attempt is one ``ZerobusHook.verify_once`` call returning a ``ReadbackOutcome``; whether it
 is "not yet" or final is decided once in the core. This module only maps the outcome onto the
 trigger event's lifecycle ``status`` and keeps what reaches a log or an XCom redacted:
 

@@ -81,7 +81,7 @@ def run_core_demo(cfg: ZerobusConfig, rows: int, say: Say) -> dict[str, Any]:
     result = runtime.write(CORE_TABLE, synthetic_batches(rows), source=CORE_SOURCE, partition=partition)
     durable_at = time.monotonic()
     say(f"core: {result.rows_written:,} rows durable; waiting for Iceberg")
-    report = runtime.verify_readback(CORE_TABLE, source=CORE_SOURCE, partition=partition)
+    report = runtime.verify(CORE_TABLE, source=CORE_SOURCE, partition=partition)
     conditions = runtime.preconditions(CORE_TABLE)
     return {
         "mode": "core",

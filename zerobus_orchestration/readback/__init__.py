@@ -1,8 +1,9 @@
 """Read-back: prove through Iceberg that every range coverage recorded as delivered is in the table.
 
-Two ideas, two names: ``verify_readback`` verifies coverage against the table (waiting for Iceberg
-visibility first; ``verify_readback_once`` is one judged, non-blocking attempt returning a
-``ReadbackOutcome``), and ``read_rows`` reads the raw rows of one source back.
+Two ideas, two names: ``verify_coverage`` verifies coverage against the table (waiting for Iceberg
+visibility first; ``judge_once`` is one judged, non-blocking attempt returning a ``ReadbackOutcome``),
+and ``read_rows`` reads the raw rows of one source back. The verbs users call are
+``ReadbackService.verify`` (waits) and ``verify_once`` (judges once), on the runtime too.
 
 Modules, one job each: ``endpoint`` (the Iceberg REST catalog), ``visibility`` (waiting until Iceberg
 reflects a Delta version), ``coverage_check`` (rows against coverage ranges, pure Arrow), ``verify``
@@ -29,10 +30,10 @@ if TYPE_CHECKING:
         check_coverage,
     )
     from zerobus_orchestration.readback.endpoint import SYNC_ROUTE, IcebergEndpoint
-    from zerobus_orchestration.readback.judge import outcome_of_error, verify_readback_once
+    from zerobus_orchestration.readback.judge import judge_once, outcome_of_error
     from zerobus_orchestration.readback.rows import read_rows
     from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
-    from zerobus_orchestration.readback.verify import ReadbackReport, verify_readback
+    from zerobus_orchestration.readback.verify import ReadbackReport, verify_coverage
     from zerobus_orchestration.readback.visibility import (
         CallableProbe,
         SnapshotSummaryProbe,
@@ -51,13 +52,13 @@ _HOME: dict[str, str] = {
     "check_coverage": "coverage_check",
     "SYNC_ROUTE": "endpoint",
     "IcebergEndpoint": "endpoint",
+    "judge_once": "judge",
     "outcome_of_error": "judge",
-    "verify_readback_once": "judge",
     "read_rows": "rows",
     "ReadbackOutcome": "status",
     "ReadbackStatus": "status",
     "ReadbackReport": "verify",
-    "verify_readback": "verify",
+    "verify_coverage": "verify",
     "CallableProbe": "visibility",
     "SnapshotSummaryProbe": "visibility",
     "Visibility": "visibility",
@@ -83,11 +84,11 @@ __all__ = [
     "VisibilityProbe",
     "WaitPolicy",
     "check_coverage",
+    "judge_once",
     "outcome_of_error",
     "read_rows",
     "summary_delta_version",
-    "verify_readback",
-    "verify_readback_once",
+    "verify_coverage",
     "wait_for_delta_version",
 ]
 

@@ -1,6 +1,6 @@
 """One read-back attempt, judged once for every caller (CLI, Airflow sensor and trigger, Dagster sensor).
 
-``verify_readback_once`` runs a single non-blocking verification and maps its result, or any exception,
+``judge_once`` runs a single non-blocking verification and maps its result, or any exception,
 to a ``ReadbackOutcome``; ``outcome_of_error`` is the same mapping for exceptions raised before the
 attempt (resolving configuration, coverage, the Delta version). Adapters branch on the status only.
 Errors are judged by their type and ``retriable`` flag, never by message text: a table the catalog does
@@ -39,7 +39,7 @@ from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.readback.coverage_check import DEFAULT_SAMPLE_SIZE
 from zerobus_orchestration.readback.endpoint import IcebergEndpoint
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
-from zerobus_orchestration.readback.verify import ReadbackReport, verify_readback
+from zerobus_orchestration.readback.verify import ReadbackReport, verify_coverage
 from zerobus_orchestration.readback.visibility import DEFAULT_WAIT, VisibilityProbe, WaitPolicy
 
 _ABSENT = (NoSuchTableError, NoSuchNamespaceError, NoSuchIcebergTableError, NoSuchViewError)
@@ -94,7 +94,7 @@ def outcome_of_report(report: ReadbackReport) -> ReadbackOutcome:
     )
 
 
-def verify_readback_once(
+def judge_once(
     endpoint: IcebergEndpoint,
     table: str,
     coverage: Mapping[CoverageKey, Sequence[OffsetRange]],
@@ -105,7 +105,7 @@ def verify_readback_once(
     partition_column: str | None = None,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
 ) -> ReadbackOutcome:
-    """One non-blocking attempt at ``verify_readback``, judged; never raises for a read-back failure.
+    """One non-blocking attempt at ``verify_coverage``, judged; never raises for a read-back failure.
 
     ``policy`` supplies the backoff ceiling only: the attempt does not wait for visibility.
     """
@@ -117,7 +117,7 @@ def verify_readback_once(
         )
     once = WaitPolicy(timeout_s=_ONE_ATTEMPT_S, initial_s=_ONE_ATTEMPT_S, max_s=policy.max_s)
     try:
-        report = verify_readback(
+        report = verify_coverage(
             endpoint,
             table,
             coverage,

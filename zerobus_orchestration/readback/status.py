@@ -65,6 +65,16 @@ class ReadbackOutcome:
         return self.status.is_terminal
 
     @property
+    def verified(self) -> bool:
+        """True only for ``VERIFIED``: every delivered row is there, once."""
+        return self.status.is_successful
+
+    @property
+    def rows_scanned(self) -> int:
+        """Rows the Iceberg scan returned (0 when no scan ran)."""
+        return int((self.report or {}).get("rows_scanned") or 0)
+
+    @property
     def missing_ranges(self) -> list[dict[str, Any]]:
         """Covered ranges the scan did not show (``sink``, ``source``, ``partition``, ``start``, ``end``)."""
         ranges = (self.report or {}).get("missing_ranges")

@@ -90,7 +90,7 @@ def _row_dict(row: RowRef) -> dict[str, Any]:
     return {"source": row.source, "partition": row.partition, "offset": row.offset, "count": row.count}
 
 
-def verify_readback(
+def verify_coverage(
     endpoint: IcebergEndpoint,
     table: str,
     coverage: Mapping[CoverageKey, Sequence[OffsetRange]],

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
 import pyarrow as pa
@@ -61,7 +61,6 @@ from zerobus_orchestration.write_modes import (
 if TYPE_CHECKING:  # read-back's Iceberg side is imported on first use (see ``ReadbackService``)
     from zerobus_orchestration.readback.endpoint import IcebergEndpoint
     from zerobus_orchestration.readback.status import ReadbackOutcome
-    from zerobus_orchestration.readback.verify import ReadbackReport
     from zerobus_orchestration.runtime.embedded import EmulatorHandle
 
 log = logging.getLogger(__name__)
@@ -395,25 +394,41 @@ class ZerobusRuntime:
     def iceberg(self) -> IcebergEndpoint:
         return self.readbacks.iceberg()
 
-    def verify_readback(
+    def verify(
         self,
         table: str,
         *,
         source: str | None = None,
         partition: str | None = None,
+        ranges: Sequence[OffsetRange] | None = None,
         wait_s: float | None = None,
         force: bool | None = None,
-    ) -> ReadbackReport:
-        """Wait for Iceberg to reflect what was delivered, then verify coverage against the scan."""
-        return self.readbacks.verify_readback(
-            table, source=source, partition=partition, wait_s=wait_s, force=force
+        raise_errors: bool = False,
+    ) -> ReadbackOutcome:
+        """Wait for Iceberg to show what was delivered, then judge it (``ReadbackService.verify``)."""
+        return self.readbacks.verify(
+            table,
+            source=source,
+            partition=partition,
+            ranges=ranges,
+            wait_s=wait_s,
+            force=force,
+            raise_errors=raise_errors,
         )
 
-    def verify_readback_once(
-        self, table: str, *, source: str | None = None, partition: str | None = None
+    def verify_once(
+        self,
+        table: str,
+        *,
+        source: str | None = None,
+        partition: str | None = None,
+        ranges: Sequence[OffsetRange] | None = None,
+        replaces: str | None = None,
     ) -> ReadbackOutcome:
-        """One non-blocking, judged attempt (``ReadbackService.verify_readback_once``)."""
-        return self.readbacks.verify_readback_once(table, source=source, partition=partition)
+        """One non-blocking, judged attempt (``ReadbackService.verify_once``)."""
+        return self.readbacks.verify_once(
+            table, source=source, partition=partition, ranges=ranges, replaces=replaces
+        )
 
     def read_rows(self, table: str, *, source: str | None = None, partition: str | None = None) -> pa.Table:
         """Rows of ``table`` (optionally one source/partition) as Arrow, through Iceberg."""

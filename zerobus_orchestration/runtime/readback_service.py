@@ -51,7 +51,6 @@ from zerobus_orchestration.write_modes import source_tag
 if TYPE_CHECKING:
     from zerobus_orchestration.readback.auth import DatabricksOAuthHeader
     from zerobus_orchestration.readback.endpoint import IcebergEndpoint
-    from zerobus_orchestration.readback.verify import ReadbackReport
     from zerobus_orchestration.readback.visibility import VisibilityProbe, WaitPolicy
     from zerobus_orchestration.runtime.embedded import EmulatorHandle
 
@@ -179,39 +178,6 @@ class ReadbackService:
             return replace(endpoint, header=self._service_principal())
         return endpoint
 
-    def verify_readback(
-        self,
-        table: str,
-        *,
-        source: str | None = None,
-        partition: str | None = None,
-        wait_s: float | None = None,
-        force: bool | None = None,
-    ) -> ReadbackReport:
-        """Wait for Iceberg to reflect what was delivered, then verify coverage against the scan."""
-        from zerobus_orchestration.readback import verify
-
-        name = TableName.parse(table).full_name
-        cfg = self.config.readback
-        policy = self._policy(wait_s)
-        coverage = self._coverage_to_verify(name, source, partition)
-        expected = self.delta_version(name)
-        return verify.verify_readback(
-            self.iceberg(),
-            name,
-            coverage,
-            probe=self._visibility_probe(),
-            delta_version=expected if expected is not None else 0,
-            policy=policy,
-            force=cfg.force_metadata if force is None else force,
-        )
-
-    def verify_readback_once(
-        self, table: str, *, source: str | None = None, partition: str | None = None
-    ) -> ReadbackOutcome:
-        """``verify_once`` without a write record (kept for the runtime's callers)."""
-        return self.verify_once(table, source=source, partition=partition)
-
     def expected(
         self,
         table: str,
@@ -261,7 +227,7 @@ class ReadbackService:
         ``FAILED``, ``NOTHING_TO_VERIFY``: the caller decides whether no coverage is an empty write or a
         wrong table/source/partition).
         """
-        from zerobus_orchestration.readback.judge import outcome_of_error, verify_readback_once
+        from zerobus_orchestration.readback.judge import judge_once, outcome_of_error
         from zerobus_orchestration.readback.visibility import WaitPolicy
 
         try:
@@ -272,7 +238,7 @@ class ReadbackService:
             probe = self._visibility_probe()
         except Exception as exc:  # judged, not swallowed: the outcome carries the type and the message
             return outcome_of_error(exc, table)
-        outcome = verify_readback_once(
+        outcome = judge_once(
             endpoint,
             name,
             expected.coverage,
@@ -312,7 +278,7 @@ class ReadbackService:
             name = TableName.parse(table).full_name
             expected_version = self.delta_version(name)
             expected = self.expected(name, source=source, partition=partition, ranges=ranges)
-            report = verify.verify_readback(
+            report = verify.verify_coverage(
                 self.iceberg(),
                 name,
                 expected.coverage,
@@ -435,23 +401,6 @@ class ReadbackService:
             "--source and --partition",
             table=name,
         )
-
-    def _coverage_to_verify(
-        self, name: str, source: str | None, partition: str | None
-    ) -> dict[CoverageKey, tuple[OffsetRange, ...]]:
-        coverage = self.coverage_map(name, source=source, partition=partition)
-        if not coverage:
-            scope = (
-                ""
-                if source is None
-                else f" for source {source!r}" + ("" if partition is None else f" partition {partition!r}")
-            )
-            raise NothingToVerifyError(
-                f"read-back of {name}: no delivered coverage{scope}, so there is nothing to verify yet; "
-                "write first, or check the table, --source and --partition",
-                table=name,
-            )
-        return coverage
 
     def _visibility_probe(self) -> VisibilityProbe | None:
         """How read-back learns which Delta version Iceberg reflects.

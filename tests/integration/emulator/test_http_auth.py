@@ -104,7 +104,7 @@ def test_an_embedded_runtime_uses_the_warehouse_secret_and_owner_only_state(tmp_
             assert _mode(state / "wal" / ".lock") == 0o600
             assert _mode(state / "catalog.sqlite") == 0o600  # created before the emulator started
             # Read-back through the Iceberg facade carries a token the emulator issued.
-            assert rt.verify_readback("main.raw.events", source="s").verified
+            assert rt.verify("main.raw.events", source="s").verified
         finally:
             rt.close()
     finally:

@@ -23,7 +23,7 @@ from zerobus_orchestration.readback import (
     WaitPolicy,
     check_coverage,
     read_rows,
-    verify_readback,
+    verify_coverage,
     wait_for_delta_version,
 )
 
@@ -116,7 +116,7 @@ def test_readback_waits_across_the_mirror_lag(
     if time.monotonic() - notified_at < LAG_S:  # on a starved machine the lag may already be over
         assert seen_before is None  # not mirrored yet: "not visible", not an error
 
-    report = verify_readback(
+    report = verify_coverage(
         endpoint, TABLE, {_key(): [OffsetRange(0, 10)]}, delta_version=version, policy=FAST
     )
     assert report.verified
@@ -127,7 +127,7 @@ def test_readback_waits_across_the_mirror_lag(
     # The next commit is invisible until the lag passes; read-back waits for it instead of failing.
     newer = write_delta(warehouse, TABLE, raw_rows([10, 11]))
     mirror.notify(TABLE, newer)
-    report = verify_readback(
+    report = verify_coverage(
         endpoint, TABLE, {_key(): [OffsetRange(0, 12)]}, delta_version=newer, policy=FAST
     )
     assert report.verified and report.iceberg_delta_version == newer and report.rows_scanned == 12
@@ -136,7 +136,7 @@ def test_readback_waits_across_the_mirror_lag(
 def test_readback_deadline_when_the_table_never_appears(endpoint: IcebergEndpoint) -> None:
     policy = WaitPolicy(timeout_s=0.3, initial_s=0.02, max_s=0.1)
     with pytest.raises(ReadbackTimeoutError, match="not visible in Iceberg yet") as caught:
-        verify_readback(endpoint, "main.raw.absent", {}, delta_version=0, policy=policy)
+        verify_coverage(endpoint, "main.raw.absent", {}, delta_version=0, policy=policy)
     assert "main.raw.absent" in str(caught.value) and "Delta version 0" in str(caught.value)
 
 
@@ -149,7 +149,7 @@ def test_readback_deadline_when_conversion_lags(warehouse: str, endpoint: Iceber
         # The endpoint fixture serves the warehouse's catalog file, which `slow` writes.
         policy = WaitPolicy(timeout_s=0.3, initial_s=0.02, max_s=0.1)
         with pytest.raises(ReadbackTimeoutError, match=f"last seen: Delta version {first}"):
-            verify_readback(endpoint, TABLE, {}, delta_version=second, policy=policy)
+            verify_coverage(endpoint, TABLE, {}, delta_version=second, policy=policy)
 
 
 def test_force_skips_the_lag(warehouse: str, facade_server: FacadeServer) -> None:
@@ -157,7 +157,7 @@ def test_force_skips_the_lag(warehouse: str, facade_server: FacadeServer) -> Non
     version = write_delta(warehouse, TABLE, raw_rows(list(range(5))))
     endpoint = IcebergEndpoint(uri=facade_server.base_url)
     policy = WaitPolicy(timeout_s=0.2, initial_s=0.02, max_s=0.05)
-    report = verify_readback(
+    report = verify_coverage(
         endpoint, TABLE, {_key(): [OffsetRange(0, 5)]}, delta_version=version, force=True, policy=policy
     )
     assert report.verified and report.iceberg_delta_version == version
@@ -181,7 +181,7 @@ def test_duplicates_and_missing_ranges_in_a_real_scan(
     # Missing rows may still be committing: read-back looks again until its deadline, so a missing range
     # always costs the whole timeout. Forced, the mirror is already current; 1 s is still several scans.
     brief = WaitPolicy(timeout_s=1.0, initial_s=0.02, max_s=0.2)
-    report = verify_readback(endpoint, TABLE, coverage, delta_version=version, force=True, policy=brief)
+    report = verify_coverage(endpoint, TABLE, coverage, delta_version=version, force=True, policy=brief)
     assert not report.verified
     assert report.missing_ranges == (MissingRange(_key(), OffsetRange(4, 6)),)
     assert report.duplicate_count == 2
@@ -207,7 +207,7 @@ def test_production_probe_is_a_plain_callable(
         calls.append(table)
         return version if len(calls) > 2 else None  # UC reports the conversion on the third poll
 
-    report = verify_readback(
+    report = verify_coverage(
         endpoint,
         TABLE,
         {_key(): [OffsetRange(0, 2)]},
@@ -257,7 +257,7 @@ def test_reserved_columns_are_required(
     version = write_delta(warehouse, TABLE, pa.table({"value": [1.0]}))
     mirror.sync_now(TABLE)
     with pytest.raises(ReadbackError, match="_twg_source"):
-        verify_readback(endpoint, TABLE, {_key(): [OffsetRange(0, 1)]}, delta_version=version, policy=FAST)
+        verify_coverage(endpoint, TABLE, {_key(): [OffsetRange(0, 1)]}, delta_version=version, policy=FAST)
 
 
 def test_settings_from_config() -> None:
@@ -274,7 +274,7 @@ def test_probe_ahead_of_the_catalog_still_waits_for_the_table(endpoint: IcebergE
     # A production probe (UC converted_delta_version) can run ahead of what REST serves.
     policy = WaitPolicy(timeout_s=0.3, initial_s=0.02, max_s=0.1)
     with pytest.raises(ReadbackTimeoutError, match="did not serve the table"):
-        verify_readback(
+        verify_coverage(
             endpoint, "main.raw.absent", {}, delta_version=1, probe=CallableProbe(lambda t: 1), policy=policy
         )
 
@@ -294,7 +294,7 @@ def test_rows_committed_after_the_expected_version_are_waited_for(
     committer = threading.Thread(target=late_commit)
     committer.start()
     try:
-        report = verify_readback(
+        report = verify_coverage(
             endpoint, TABLE, {_key(): [OffsetRange(0, 10)]}, delta_version=first, policy=FAST
         )
     finally:
@@ -309,7 +309,7 @@ def test_rows_that_never_arrive_are_reported_missing_at_the_deadline(
     version = write_delta(warehouse, TABLE, raw_rows(list(range(5))))
     mirror.sync_now(TABLE)
     policy = WaitPolicy(timeout_s=0.4, initial_s=0.02, max_s=0.1)
-    report = verify_readback(
+    report = verify_coverage(
         endpoint, TABLE, {_key(): [OffsetRange(0, 8)]}, delta_version=version, policy=policy
     )
     assert not report.verified

@@ -14,7 +14,7 @@ from zerobus_orchestration.readback import (
     MissingRange,
     WaitPolicy,
     read_rows,
-    verify_readback,
+    verify_coverage,
 )
 
 TABLE = "main.raw.viewed"
@@ -28,7 +28,7 @@ def test_read_back_of_a_table_deltalake_deleted_from(
     version = deleted_by_deltalake(warehouse, TABLE)
     mirror.sync_now(TABLE)
 
-    report = verify_readback(
+    report = verify_coverage(
         endpoint, TABLE, {KEY: [OffsetRange(0, 10)]}, delta_version=version, policy=BRIEF
     )
     assert report.missing_ranges == (MissingRange(KEY, OffsetRange(3, 4)),)

@@ -31,11 +31,11 @@ def test_a_standalone_service_verifies_what_the_runtime_wrote(tmp_path: Path) ->
             assert service.coverage_map(TABLE, source="orders", partition="p1") == runtime.coverage_map(
                 TABLE, source="orders", partition="p1"
             )
-            report = service.verify_readback(TABLE, source="orders", partition="p1")
-            assert report.verified, report.as_dict()
+            report = service.verify(TABLE, source="orders", partition="p1")
+            assert report.verified, report.to_json()
             assert service.read_rows(TABLE, source="orders", partition="p1").num_rows == 50
             with pytest.raises(NothingToVerifyError):
-                service.verify_readback(TABLE, source="nobody")
+                service.verify(TABLE, source="nobody", raise_errors=True)
         finally:
             service.close()
     finally:

@@ -55,8 +55,8 @@ def test_a_table_with_iceberg_reads_is_zstd_and_reads_back_through_iceberg(tmp_p
         assert configuration["delta.universalFormat.enabledFormats"] == "iceberg"
         assert codecs(uri) == {"ZSTD"}
 
-        report = runtime.verify_readback(TABLE, source="meters")
-        assert report.verified, report.as_dict()
+        report = runtime.verify(TABLE, source="meters")
+        assert report.verified, report.to_json()
         back = runtime.read_rows(TABLE, source="meters").sort_by("id")
         assert back.column("id").to_pylist() == list(range(200))
         assert back.column("amount").to_pylist() == rows.column("amount").to_pylist()

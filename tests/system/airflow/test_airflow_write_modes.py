@@ -54,8 +54,8 @@ def test_a_new_run_for_the_same_logical_date_replaces_that_day(tmp_path: Path, h
     assert (again["rows_written"], again["rows_skipped"]) == (50, 0)
 
     rt = hook.get_conn()
-    report = rt.verify_readback(TABLE, source="replace_day/ingest", wait_s=15)
-    assert report.verified, report.as_dict()
+    report = rt.verify(TABLE, source="replace_day/ingest", wait_s=15)
+    assert report.verified, report.to_json()
     tags = pc.value_counts(rt.read_rows(TABLE)["_twg_source"]).to_pylist()
     assert {t["values"]: t["counts"] for t in tags} == {
         f"replace_day/ingest[{again['partition']}]": 50,

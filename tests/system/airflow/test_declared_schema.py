@@ -76,7 +76,7 @@ def test_null_first_rows_and_text_timestamps_are_fixed_by_schema_and_errors_say_
     declared = {"id": "BIGINT NOT NULL", "placed_at": "TIMESTAMP", "note": "STRING"}
     summary = _ingest("declared", declared, "manual__2")
     assert summary["rows_written"] == 6
-    report = hook.get_conn().verify_readback(TABLE, wait_s=15)
+    report = hook.get_conn().verify(TABLE, wait_s=15)
     assert report.verified and report.rows_scanned == 6
     state = hook.get_conn().catalog.describe(TABLE)
     assert state is not None and state.column("placed_at").delta_type == "TIMESTAMP"  # type: ignore[union-attr]

@@ -56,7 +56,7 @@ def _orders(start: int, n: int) -> pa.Table:
 
 def _verified(hook: ZerobusHook, table: str, source: str | None = None, partition: str | None = None) -> Any:
     """Wait out the emulated Iceberg lag with the blocking read-back, then return its report."""
-    return hook.get_conn().verify_readback(table, source=source, partition=partition, wait_s=15)
+    return hook.get_conn().verify(table, source=source, partition=partition, wait_s=15)
 
 
 @pytest.fixture

@@ -79,9 +79,7 @@ def test_a_glob_retry_after_a_new_file_sorted_first_refuses_instead_of_losing_it
         assert part in message
     assert "ZerobusIngestOperator(resume=False)" in message and "new partition" in message
     assert (store.ranges(key), store.digests(key)) == before
-    report = runtime.verify_readback(
-        TABLE, source="glob_integrity/ingest", partition="manual__glob/-1", wait_s=15
-    )
+    report = runtime.verify(TABLE, source="glob_integrity/ingest", partition="manual__glob/-1", wait_s=15)
     assert report.verified and report.rows_scanned == 250 and report.duplicate_count == 0
     landed = runtime.read_rows(TABLE, source="glob_integrity/ingest", partition="manual__glob/-1")
     assert sorted(landed.column("order_id").to_pylist()) == list(range(1_000, 1_250))  # b once, no a

@@ -93,13 +93,13 @@ def test_demo_falls_back_to_the_core_demo_without_dagster(
 def test_demo_exits_non_zero_when_read_back_is_not_verified(
     tmp_path: Path, fast_env: None, without_dagster: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_verify = readback_verify_module.verify_readback
+    real_verify = readback_verify_module.verify_coverage
 
     def failing_verification(*args: Any, **kwargs: Any) -> Any:
         # The real read-back runs; its verdict is then turned into a failure, as for missing rows.
         return dataclasses.replace(real_verify(*args, **kwargs), verified=False)
 
-    monkeypatch.setattr(readback_verify_module, "verify_readback", failing_verification)
+    monkeypatch.setattr(readback_verify_module, "verify_coverage", failing_verification)
     result = CliRunner().invoke(
         app, ["demo", "--json", "--rows", "300", "--warehouse", str(tmp_path / "warehouse")]
     )

@@ -87,6 +87,6 @@ def test_column_schema_declares_arrays_structs_and_maps(
     assert dg.materialize(profiles_contract.definitions, resources=resources).success
 
     rt = zerobus.runtime
-    assert rt.verify_readback("main.raw.profiles", source="raw/profiles").verified
+    assert rt.verify("main.raw.profiles", source="raw/profiles").verified
     back = rt.read_rows("main.raw.profiles").select(PROFILES.names).sort_by("user_id")
     assert back.cast(PROFILES).to_pylist() == pa.Table.from_pylist(ROWS, schema=PROFILES).to_pylist()

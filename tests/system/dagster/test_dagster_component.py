@@ -102,7 +102,7 @@ def test_the_component_builds_contract_checks_data_asset_and_sensor(
     }
     state = zerobus.runtime.catalog.describe("main.raw.clicks")
     assert state is not None and state.properties.get("twg.owner") == "web-team"
-    assert zerobus.runtime.verify_readback("main.raw.clicks", source="raw/clicks").verified
+    assert zerobus.runtime.verify("main.raw.clicks", source="raw/clicks").verified
     assert zerobus.runtime.read_rows("main.raw.clicks").num_rows == 3
 
 

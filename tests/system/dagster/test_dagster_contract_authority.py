@@ -67,7 +67,7 @@ def test_the_data_asset_alone_creates_the_table_from_its_contract(
     assert state.properties.get("twg.owner") == "payments-team"
     _contract_runs_clean(resources)
     assert dg.materialize([payments], resources=resources).success  # and later runs keep working
-    assert zerobus.runtime.verify_readback("main.raw.payments", source="raw/payments").verified
+    assert zerobus.runtime.verify("main.raw.payments", source="raw/payments").verified
     assert zerobus.runtime.read_rows("main.raw.payments").num_rows == 4
 
 

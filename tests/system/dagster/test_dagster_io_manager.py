@@ -45,8 +45,8 @@ def _payload(table: pa.Table) -> pa.Table:
 
 def read_all(zerobus: ZerobusResource, table: str, source: str) -> pa.Table:
     rt = zerobus.runtime
-    report = rt.verify_readback(table, source=source)
-    assert report.verified, report.as_dict()
+    report = rt.verify(table, source=source)
+    assert report.verified, report.to_json()
     return rt.read_rows(table)
 
 

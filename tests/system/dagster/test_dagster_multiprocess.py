@@ -67,8 +67,8 @@ def test_multiprocess_executor_one_pool_per_step_process(tmp_path: Path, start_m
     # Back in this process (the children and their emulators are gone): everything is durable and visible.
     rt = ZerobusResource.from_config(fast_config(warehouse)).runtime
     for table, source in (("main.raw.meters", "raw/meters"), ("main.raw.meter_events", "raw/meter_events")):
-        report = rt.verify_readback(table, source=source)
-        assert report.verified, report.as_dict()
+        report = rt.verify(table, source=source)
+        assert report.verified, report.to_json()
         assert report.rows_scanned == ROWS
 
 
@@ -118,8 +118,8 @@ def test_multiprocess_executor_parallel_steps_share_one_emulator(tmp_path: Path)
             ("main.raw.meters", "raw/meters"),
             ("main.raw.meter_events", "raw/meter_events"),
         ):
-            report = rt.verify_readback(table, source=source)
-            assert report.verified, report.as_dict()
+            report = rt.verify(table, source=source)
+            assert report.verified, report.to_json()
             assert report.rows_scanned == PARALLEL_ROWS
     finally:
         close_all_runtimes()

@@ -66,7 +66,7 @@ def test_a_downstream_reads_the_last_complete_run_while_a_newer_one_is_not_past_
     assert not second.success
     (failure,) = second.get_step_failure_events()
     assert "injected: the warehouse refused the DELETE" in failure.step_failure_data.error.to_string()
-    rt.verify_readback("main.web.clicks", source="web/clicks")
+    rt.verify("main.web.clicks", source="web/clicks")
     both = _day_rows(zerobus, "main.web.clicks")
     assert both.num_rows == 2 * CLICKS, "the fault must leave both runs' rows in the table"
     assert set(both["_twg_source"].to_pylist()) == {
@@ -114,7 +114,7 @@ def test_an_unpartitioned_input_skips_a_run_that_was_never_materialised(
     rt.write(
         "main.web.snapshot", half, source="web/snapshot", partition="@run-still-writing", role=Role.DERIVED
     )
-    rt.verify_readback("main.web.snapshot", source="web/snapshot")
+    rt.verify("main.web.snapshot", source="web/snapshot")
     assert rt.read_rows("main.web.snapshot").num_rows == 14, (
         "both runs must be visible for the test to mean it"
     )
@@ -182,5 +182,5 @@ def test_an_append_range_run_still_writes_the_range(zerobus: ZerobusResource, re
         m.metadata["zerobus/partition"].value for m in result.asset_materializations_for_node("web__visits")
     }
     assert partitions == {f"2024-01-01...2024-01-03@{result.run_id}"}
-    zerobus.runtime.verify_readback("main.web.visits", source="web/visits")
+    zerobus.runtime.verify("main.web.visits", source="web/visits")
     assert zerobus.runtime.read_rows("main.web.visits").num_rows == 3 * CLICKS

@@ -133,7 +133,7 @@ def test_recovery_run_resumes_the_original_coverage_instead_of_appending(tmp_pat
     }
     assert meta["zerobus/partition"] == f"@{original.run_id}", "the recovery must reuse the original key"
     assert (meta["zerobus/rows_written"], meta["zerobus/rows_skipped"]) == (0, 300)
-    report = zerobus.runtime.verify_readback("main.raw.clicks", source="raw/clicks")
+    report = zerobus.runtime.verify("main.raw.clicks", source="raw/clicks")
     assert report.verified and report.rows_scanned == 300 and report.duplicate_count == 0
 
 
@@ -191,7 +191,7 @@ def test_covered_rows_not_visible_wait_until_max_lag_then_fail_the_check(tmp_pat
     What was delivered is the materialisation's own record (its ``zerobus/*`` offsets), not a coverage
     file of the verifying host: a record claiming 10 rows beyond the 300 written stands for them."""
     zerobus, instance, _ = _setup(tmp_path)
-    assert zerobus.runtime.verify_readback("main.raw.clicks", source="raw/clicks").verified  # past the lag
+    assert zerobus.runtime.verify("main.raw.clicks", source="raw/clicks").verified  # past the lag
     written = instance.fetch_materializations(CLICKS_KEY, limit=1).records[0]
     assert written.asset_materialization is not None
     claimed = {k: v.value for k, v in written.asset_materialization.metadata.items()}

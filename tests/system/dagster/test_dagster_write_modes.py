@@ -58,8 +58,8 @@ def test_rematerialising_a_partition_replaces_it(zerobus: ZerobusResource, resou
         OffsetRange(0, CLICKS),
     )
     for table, source in (("main.web.clicks", "web/clicks"), ("main.web.daily_clicks", "web/daily_clicks")):
-        report = rt.verify_readback(table, source=source)
-        assert report.verified, report.as_dict()
+        report = rt.verify(table, source=source)
+        assert report.verified, report.to_json()
     raw = rt.read_rows("main.web.clicks")
     per_day = {c["values"]: c["counts"] for c in pc.value_counts(raw["day"]).to_pylist()}
     assert per_day == {"2024-01-01": CLICKS, "2024-01-02": CLICKS}, "480 would be a second copy"
@@ -80,7 +80,7 @@ def test_manager_write_mode_replaces_an_unpartitioned_table(zerobus: ZerobusReso
     for _ in range(2):
         assert dg.materialize([snapshot], resources={"io_manager": manager}).success
     rt = zerobus.runtime
-    assert rt.verify_readback("main.web.snapshot", source="web/snapshot").verified
+    assert rt.verify("main.web.snapshot", source="web/snapshot").verified
     assert rt.read_rows("main.web.snapshot").num_rows == 10
 
 

@@ -78,7 +78,7 @@ def test_coverage_never_leads_delta_under_concurrent_writes(tmp_path: Path) -> N
         # The slow acks happened: the window this test samples existed.
         delayed = runtime.emulator.faults.actions_of(FaultKind.DELAY_ACKS)  # type: ignore[attr-defined]
         assert delayed and {a.table for a in delayed} == {TABLE}, "the delay fault never acted"
-        report = runtime.verify_readback(TABLE)
+        report = runtime.verify(TABLE)
         assert report.verified and report.rows_scanned == 60_000
     finally:
         close_all_runtimes()
@@ -125,7 +125,7 @@ def test_a_killed_writer_resumes_sending_only_the_gaps(tmp_path: Path) -> None:
 
         present = _offsets_in_delta(runtime, TABLE)
         assert len(present) == rows and pc.min(present).as_py() == 0 and pc.max(present).as_py() == rows - 1
-        report = runtime.verify_readback(TABLE, source=WRITER_SOURCE)
+        report = runtime.verify(TABLE, source=WRITER_SOURCE)
         assert report.verified
         # Batches durable but not yet recorded when the writer died are in the table once the new
         # emulator replayed the dead one's WAL, and the resume skipped them too: nothing is in it twice.

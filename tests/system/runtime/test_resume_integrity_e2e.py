@@ -50,7 +50,7 @@ def test_the_same_input_batched_differently_resumes_and_skips(runtime: ZerobusRu
     retry = runtime.write(TABLE, data.to_reader(max_chunksize=700), source=SOURCE, partition=PARTITION)
     assert (retry.rows_written, retry.rows_skipped) == (1_200, 1_800)
     assert delta_count(runtime) == 3_000
-    assert runtime.verify_readback(TABLE, source=SOURCE, partition=PARTITION).duplicate_count == 0
+    assert runtime.verify(TABLE, source=SOURCE, partition=PARTITION).duplicate_count == 0
 
 
 def test_a_file_that_sorts_first_fails_the_retry_before_anything_is_sent(runtime: ZerobusRuntime) -> None:

@@ -57,8 +57,8 @@ def test_write_is_durable_in_delta_and_verified_through_iceberg(runtime: Zerobus
     assert set(landed.column(SOURCE).to_pylist()) == {"orders"}
     assert sorted(landed.column(OFFSET).to_pylist()) == list(range(50_000))
 
-    report = runtime.verify_readback(TABLE, source="orders")
-    assert report.verified, report.as_dict()
+    report = runtime.verify(TABLE, source="orders")
+    assert report.verified, report.to_json()
     assert report.rows_scanned == 50_000
     assert report.duplicate_count == 0
 
@@ -75,7 +75,7 @@ def test_a_retried_write_resumes_from_coverage_and_sends_only_gaps(runtime: Zero
     landed = delta_rows(runtime)
     assert landed.num_rows == 10_000  # nothing duplicated
     assert runtime.covered(TABLE, source="orders", partition="2026-11-29")[0].end == 10_000
-    assert runtime.verify_readback(TABLE, source="orders", partition="2026-11-29").verified
+    assert runtime.verify(TABLE, source="orders", partition="2026-11-29").verified
 
 
 def test_partitions_of_one_source_stay_apart(runtime: ZerobusRuntime) -> None:
@@ -86,7 +86,7 @@ def test_partitions_of_one_source_stay_apart(runtime: ZerobusRuntime) -> None:
         source_tag("orders", "a"),
         source_tag("orders", "b"),
     ]
-    report = runtime.verify_readback(TABLE, source="orders")
+    report = runtime.verify(TABLE, source="orders")
     assert report.verified and report.duplicate_count == 0 and report.rows_scanned == 200
     only_a = runtime.read_rows(TABLE, source="orders", partition="a")
     assert only_a.num_rows == 100
@@ -204,8 +204,9 @@ def test_a_failed_coverage_record_fails_the_write_naming_the_fix(
     assert "zerobus.coverage.location" in message
     monkeypatch.undo()
     assert delta_rows(runtime).num_rows == 110  # delivered all the same
-    report = runtime.verify_readback(TABLE, source="orders")
-    assert report.rows_outside_coverage == 100 and report.duplicate_count == 0
+    report = runtime.verify(TABLE, source="orders")
+    assert report.report is not None and report.report["rows_outside_coverage"] == 100
+    assert report.duplicate_count == 0
 
 
 def test_kafka_style_offsets_with_gaps_resume_and_read_back_exactly(runtime: ZerobusRuntime) -> None:
@@ -231,8 +232,8 @@ def test_kafka_style_offsets_with_gaps_resume_and_read_back_exactly(runtime: Zer
     assert sorted(landed.column(OFFSET).to_pylist()) == offsets  # each offset once, no gap filled
     covered = runtime.covered(TABLE, source="topic")
     assert sum(len(r) for r in covered) == len(offsets) and covered[0].start == 1_000
-    report = runtime.verify_readback(TABLE, source="topic")
-    assert report.verified and report.missing_ranges == () and report.duplicate_count == 0
+    report = runtime.verify(TABLE, source="topic")
+    assert report.verified and report.missing_ranges == [] and report.duplicate_count == 0
 
 
 def test_a_remote_runtime_warns_when_coverage_is_a_per_host_default(

@@ -44,8 +44,8 @@ def test_replace_deletes_the_earlier_runs_of_the_same_partition_only(runtime: Ze
     assert tags_in_table(runtime) == {"daily[d1@run-2]": 240, "daily[d2@run-1]": 100}
     assert runtime.covered(TABLE, source="daily", partition="d1@run-1") == (), "coverage of deleted rows"
     assert runtime.covered(TABLE, source="daily", partition="d1@run-2") == (OffsetRange(0, 240),)
-    report = runtime.verify_readback(TABLE, source="daily")
-    assert report.verified, report.as_dict()
+    report = runtime.verify(TABLE, source="daily")
+    assert report.verified, report.to_json()
     back = runtime.read_rows(TABLE)
     assert back.num_rows == 340, "Iceberg must serve each partition once"
 
@@ -104,7 +104,7 @@ def test_readback_of_a_replace_counts_runs_it_has_not_deleted_yet_then_a_rerun_f
         runtime.write(TABLE, rows("d1", 240), partition="d1@run-2", **write)
     assert tags_in_table(runtime) == {"daily[d1@run-1]": 240, "daily[d1@run-2]": 240}, "the fault acted"
 
-    assert runtime.verify_readback(TABLE, source="daily", partition="d1@run-2").verified  # waits for Iceberg
+    assert runtime.verify(TABLE, source="daily", partition="d1@run-2").verified  # waits for Iceberg
     plain = runtime.readbacks.verify_once(TABLE, source="daily", partition="d1@run-2")
     assert plain.status is ReadbackStatus.VERIFIED  # the run's own rows are all there...
     judged = runtime.readbacks.verify_once(TABLE, source="daily", partition="d1@run-2", replaces="d1")
@@ -116,6 +116,6 @@ def test_readback_of_a_replace_counts_runs_it_has_not_deleted_yet_then_a_rerun_f
     again = runtime.write(TABLE, rows("d1", 240), partition="d1@run-2", **write)
     assert (again.rows_written, again.rows_skipped) == (0, 240), "the re-run resumes, then deletes"
     assert again.superseded_sources == ("daily[d1@run-1]",)
-    assert runtime.verify_readback(TABLE, source="daily", partition="d1@run-2").verified
+    assert runtime.verify(TABLE, source="daily", partition="d1@run-2").verified
     done = runtime.readbacks.verify_once(TABLE, source="daily", partition="d1@run-2", replaces="d1")
     assert done.status is ReadbackStatus.VERIFIED and done.duplicate_count == 0, done.message

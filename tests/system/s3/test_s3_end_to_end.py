@@ -102,10 +102,11 @@ def test_write_then_read_back_with_vended_credentials(
         ).to_pyarrow_table()
         assert sorted(landed.column("order_id").to_pylist()) == list(range(2_000))
 
-        report = rt.verify_readback(unique_table, source="orders")
-        assert report.verified, report.as_dict()
+        report = rt.verify(unique_table, source="orders")
+        assert report.verified, report.to_json()
         assert (report.rows_scanned, report.duplicate_count) == (2_000, 0)
-        assert report.iceberg_delta_version >= (result.delta_version or 0)
+        assert report.report is not None
+        assert report.report["iceberg_delta_version"] >= (result.delta_version or 0)
         rows = rt.read_rows(unique_table, source="orders")
         assert rows.column(OFFSET).to_pylist() == list(range(2_000))
 
@@ -181,17 +182,17 @@ def test_read_back_after_expiry_gets_fresh_credentials(
     rt = ZerobusRuntime(config, credentials=cache)
     try:
         rt.write(unique_table, orders(300), source="a")
-        assert rt.verify_readback(unique_table, source="a").verified
+        assert rt.verify(unique_table, source="a").verified
         first, vends = vendor.vended[-1], cache.vend_count
         assert vends >= 1
         # Every poll reloads the table, but valid credentials are served from the cache.
-        assert rt.verify_readback(unique_table, source="a").verified
+        assert rt.verify(unique_table, source="a").verified
         assert cache.vend_count == vends
 
         clock.now = first.expires_at + timedelta(seconds=1)  # the cached READ credentials have expired
         rt.write(unique_table, orders(300, start=300), source="b")
-        report = rt.verify_readback(unique_table)
-        assert report.verified, report.as_dict()
+        report = rt.verify(unique_table)
+        assert report.verified, report.to_json()
         assert report.rows_scanned == 600
         assert cache.vend_count > vends
         fresh = vendor.vended[-1]
@@ -222,7 +223,7 @@ def test_read_back_when_vending_is_refused_names_the_fix(
         rt.write(unique_table, orders(10), source="a")
         # The facade answers 403 with the vendor's message instead of handing out the warehouse keys.
         with pytest.raises(ForbiddenError, match=r"AssumeRole on .*-ro failed.*S3TableRoleProvisioner"):
-            rt.verify_readback(unique_table, source="a", wait_s=30)
+            rt.verify(unique_table, source="a", wait_s=30, raise_errors=True)
     finally:
         rt.close()
 
