@@ -72,7 +72,13 @@ class _Model(BaseModel):
 class PoolConfig(_Model):
     """The sink's stream pool: how many streams per table, and how much it holds in flight."""
 
-    min_streams: int = Field(1, ge=1, le=1024, description="Floor on streams per table.")
+    min_streams: int = Field(
+        2,
+        ge=1,
+        le=1024,
+        description="Floor on streams per table. Two by default, so a table keeps serving on one stream "
+        "while the other is rebuilt (docs/adr/0008-per-stream-isolation.md).",
+    )
     per_stream_mb_ceiling: float = Field(
         DEFAULT_PER_STREAM_MB_CEILING,
         gt=0,
@@ -85,17 +91,22 @@ class PoolConfig(_Model):
         "ceil(peak_mb_s / per_stream_mb_ceiling)).",
     )
     ack_channel_capacity: int = Field(
-        4096, ge=1, description="Pending acks per stream before push blocks (with max_inflight_bytes)."
+        4096,
+        ge=1,
+        description="Pending acks per stream before push blocks (with max_inflight_bytes); never more than "
+        "the stream's own in-flight cap (sdk.max_inflight_batches), past which a submit would wait inside "
+        "the SDK.",
     )
     max_inflight_bytes: int = Field(
         32 * 1024 * 1024,
         ge=1,
-        description="Unacknowledged bytes per table's pool before push blocks; bounds client memory "
-        "whatever the batch size, and throughput per table to about this / ack latency whatever the "
-        "number of streams (docs/runbook.md#backpressure). Each in-flight byte is held about twice (the "
+        description="Unacknowledged bytes per table's pool before push blocks, split evenly between its "
+        "streams so a slow stream spends only its own share; bounds client memory whatever the batch "
+        "size, and throughput per table to about this / ack latency whatever the number of streams "
+        "(docs/runbook.md#backpressure). Each in-flight byte is held about twice (the "
         "batch, kept for re-submission and its digest, and the SDK's own IPC copy, kept until "
         "acknowledged), so RSS grows by about twice this plus allocator slack (docs/performance.md). A "
-        "single larger batch is still sent, alone.",
+        "single batch larger than a stream's share is still sent, alone on that stream.",
     )
     max_batch_bytes: int = Field(
         4 * 1024 * 1024,
@@ -104,7 +115,8 @@ class PoolConfig(_Model):
         description="Batches larger than this are sliced by rows before submit, each slice recorded as "
         "its own range. At most MAX_CALL_BYTES (10 MiB - 64 KiB, 10,420,224 bytes), what one ingest call "
         "may carry: the SDK's per-call limit, which it does not enforce on Arrow streams. Keep it well "
-        "under pool.max_inflight_bytes, or the pool carries one batch at a time. Smaller slices leave the "
+        "under a stream's share of pool.max_inflight_bytes, or each stream carries one batch at a time. "
+        "Smaller slices leave the "
         "C heap fewer batch-sized holes it cannot reuse (docs/performance.md).",
     )
     healthy_member_wait_s: float = Field(
@@ -147,15 +159,20 @@ class PoolConfig(_Model):
 
     @model_validator(mode="after")
     def _warn_single_batch_in_flight(self) -> PoolConfig:
-        # Legal, so not refused, but slow: every batch then waits for the one before it to be
-        # acknowledged (measured: 556 calls in 6.9 s for 5,000 rows). Logged when the config is built.
-        if self.max_inflight_bytes < self.max_batch_bytes:
+        # Legal, so not refused, but slow: every batch then waits for the one before it on its stream to
+        # be acknowledged (measured: 556 calls in 6.9 s for 5,000 rows). Logged when the config is built.
+        streams = self.streams_for_table()
+        share = self.max_inflight_bytes // streams
+        if share < self.max_batch_bytes:
             log.warning(
-                "pool.max_inflight_bytes (%d) is below pool.max_batch_bytes (%d): the pool can carry only "
-                "one batch at a time, each waiting for the previous one's acknowledgement. Raise "
-                "pool.max_inflight_bytes to several times pool.max_batch_bytes (defaults: 32 MiB and "
-                "4 MiB), or lower pool.max_batch_bytes",
+                "pool.max_inflight_bytes (%d), split over %d stream(s), gives each stream %d bytes, which "
+                "is below pool.max_batch_bytes (%d): each stream can carry only one batch at a time, each "
+                "waiting for the previous one's acknowledgement. Raise pool.max_inflight_bytes to several "
+                "times pool.max_batch_bytes per stream (defaults: 32 MiB for 2 streams, 4 MiB), or lower "
+                "pool.max_batch_bytes",
                 self.max_inflight_bytes,
+                streams,
+                share,
                 self.max_batch_bytes,
             )
         return self

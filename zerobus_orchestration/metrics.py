@@ -18,10 +18,11 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-# ``lane``: raw or derived (the pool's lane kind), so a derived table's slow acks never read as the raw one's.
+# Every sink metric is per stream: ``stream`` is the pool member's index (bounded by the pool's size, not
+# by its rebuilds), ``lane`` raw or derived (the pool's lane kind), so a derived table's slow acks never
+# read as the raw one's. The byte budget's waits also use ``stream="any"``: a push free to go to any
+# stream that waited because every stream's share was spent.
 _STREAM_LABELS = ("table", "stream", "lane")
-# Per pool: the byte budget is one per (table, lane), never per stream or per pusher, so these stay bounded.
-_POOL_LABELS = ("table", "lane")
 _COALESCE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -44,7 +45,8 @@ class SinkMetrics:
         )
         self.inflight_bytes = Gauge(
             "zerobus_inflight_bytes",
-            "Bytes submitted and not yet durable (summed per table, bounded by pool.max_inflight_bytes).",
+            "Bytes submitted and not yet durable on one stream (bounded by its share of "
+            "pool.max_inflight_bytes; summed per table, bounded by pool.max_inflight_bytes).",
             _STREAM_LABELS,
             registry=r,
         )
@@ -52,17 +54,18 @@ class SinkMetrics:
         # that fits never touches them. docs/runbook.md#backpressure reads them against a full channel.
         self.inflight_budget_waits = Counter(
             "zerobus_inflight_budget_waits",
-            "Pushes that waited for unacknowledged bytes to fall under pool.max_inflight_bytes (the "
-            "per-table byte budget); counted when the wait starts.",
-            _POOL_LABELS,
+            "Pushes that waited for a stream's share of pool.max_inflight_bytes (the per-table byte budget, "
+            "split evenly between the table's streams) to have room; counted when the wait starts. "
+            'stream="any": a push without an ordering key that waited because every share was spent.',
+            _STREAM_LABELS,
             registry=r,
         )
         self.inflight_budget_wait_seconds = Counter(
             "zerobus_inflight_budget_wait_seconds",
-            "Seconds pushers spent waiting on pool.max_inflight_bytes, summed over pushers and added at "
-            "least every second while a wait lasts: a rate near the number of pushers means the budget "
-            "binds throughput.",
-            _POOL_LABELS,
+            "Seconds pushers spent waiting on a stream's share of pool.max_inflight_bytes (stream=any: "
+            "on every share), summed over pushers and added at least every second while a wait lasts: a "
+            "rate near the number of pushers means the budget binds throughput.",
+            _STREAM_LABELS,
             registry=r,
         )
         self.delivery_latency = Histogram(
@@ -101,8 +104,10 @@ class SinkMetrics:
         )
         self.concurrency_rejects = Counter(
             "zerobus_concurrency_rejects_total",
-            "Stream opens refused by the service.",
-            ("table",),
+            "Refusals by the service's concurrent-stream limit (RESOURCE_EXHAUSTED) met by one pool member: "
+            "stream opens and re-opens, submits, and streams stopped mid-way because the SDK's reconnects "
+            "were refused. Each one backs off every open of the pool.",
+            _STREAM_LABELS,
             registry=r,
         )
         self.type_reconcile = Counter(

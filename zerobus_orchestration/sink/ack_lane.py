@@ -43,10 +43,19 @@ from zerobus_orchestration.sink.confirmation import (
 )
 from zerobus_orchestration.sink.errors import LaneUnavailable
 from zerobus_orchestration.sink.lane_telemetry import LaneMetrics, LaneTelemetry, ReplayWatch
-from zerobus_orchestration.transport.base import Stream
+from zerobus_orchestration.transport.base import CapsInFlight, Stream
 from zerobus_orchestration.transport.classify import classify
 
 log = logging.getLogger(__name__)
+
+
+def lane_capacity(configured: int, stream: Stream) -> int:
+    """Pending acks a lane on ``stream`` may hold: ``configured``, but never more than the stream's own
+    in-flight cap. A submit past that cap blocks inside the transport (the official SDK's
+    ``ingest_batch`` waits for an ack), with the pusher holding the stream; a pusher waiting for a
+    channel slot instead holds nothing, and an unkeyed one moves to another stream."""
+    cap = stream.max_inflight_batches if isinstance(stream, CapsInFlight) else None
+    return configured if cap is None else max(1, min(configured, cap))
 
 
 class LaneState(StrEnum):

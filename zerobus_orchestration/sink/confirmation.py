@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from zerobus_orchestration.coverage.digest import RangeDigest, rows_digest
 from zerobus_orchestration.ranges import CoverageKey, CoverageRecorder, OffsetRange
-from zerobus_orchestration.sink.byte_budget import ByteBudget
+from zerobus_orchestration.sink.byte_budget import Share
 from zerobus_orchestration.sink.errors import ConfirmationLaneError
 
 log = logging.getLogger(__name__)
@@ -175,7 +175,8 @@ class PendingAck:
     ``first_poisoned_at`` when the first did; the pool stops re-sending a batch the service keeps
     rejecting instead of rebuilding streams for it forever.
     ``tracker``: the in-flight count of the writer that submitted it (see ``InFlightBatches``).
-    ``budget``: the pool's in-flight byte budget, given back ``nbytes`` when the batch settles.
+    ``budget``: its stream's share of the pool's in-flight byte budget, given back ``nbytes`` when the
+    batch settles.
     """
 
     lane: LaneKind
@@ -191,7 +192,7 @@ class PendingAck:
     poisonings: int = 0
     first_poisoned_at: float | None = None
     tracker: InFlightBatches | None = None
-    budget: ByteBudget | None = None
+    budget: Share | None = None
 
     def __post_init__(self) -> None:
         check_lane(self.lane, self.confirmation)
@@ -249,7 +250,7 @@ def settle_all(settled: Iterable[tuple[PendingAck, BaseException | None]]) -> No
     One release per burst instead of one per batch: a pusher waiting on the budget is woken once (it
     re-checks and, for most releases, waits again), not once per batch, while the lane holds the GIL.
     """
-    returned: dict[int, tuple[ByteBudget, int]] = {}
+    returned: dict[int, tuple[Share, int]] = {}
     try:
         for item, error in settled:
             item.settle(error, give_back=False)

@@ -66,6 +66,12 @@ class StreamHealth:
     """Reconnects the SDK made inside this member's streams (each replayed its unacknowledged batches)."""
     reopen_in_s: float | None = None
     """Failed, waiting out its cool-down: seconds until it is re-opened (None if not, or failed for good)."""
+    inflight_bytes: int = 0
+    """Bytes submitted on this stream and not yet settled (re-submits after a rebuild included)."""
+    inflight_bytes_limit: int = 0
+    """This stream's share of ``pool.max_inflight_bytes``."""
+    budget_waiting: int = 0
+    """Pushers pinned to this stream by an ordering key, waiting right now for its share to have room."""
 
 
 @dataclass(frozen=True)
@@ -110,9 +116,11 @@ class PoolHealth:
     inflight_bytes: int = 0
     """Bytes submitted and not yet settled, across the pool; push waits at ``pool.max_inflight_bytes``."""
     inflight_bytes_limit: int = 0
-    """The pool's byte budget, ``pool.max_inflight_bytes`` (per table, whatever the number of streams)."""
+    """The pool's byte budget, ``pool.max_inflight_bytes`` (per table, whatever the number of streams),
+    split into one share per stream (``StreamHealth.inflight_bytes_limit``)."""
     budget_waiting: int = 0
-    """Pushers waiting right now for in-flight bytes to be acknowledged (the byte budget binds)."""
+    """Pushers waiting right now for in-flight bytes to be acknowledged (the byte budget binds): pinned
+    to one stream's share (``StreamHealth.budget_waiting``), or free to take any and every share spent."""
     budget_waits: int = 0
     """Pushes that waited on the byte budget, over the pool's life."""
     budget_wait_s: float = 0.0
@@ -148,7 +156,7 @@ class BudgetFigures:
 
 def stream_health(member: Member, now: float) -> StreamHealth:
     """One member's snapshot. Seqs skipped by re-opens are neither delivered nor pending."""
-    lane = member.lane
+    lane, share = member.lane, member.share
     submitted = member.next_seq
     delivered = member.delivered - member.abandoned_seqs
     return StreamHealth(
@@ -165,6 +173,9 @@ def stream_health(member: Member, now: float) -> StreamHealth:
         recoveries=member.recoveries,
         reopens=member.reopens,
         reopen_in_s=member.reopen_in_s(now),
+        inflight_bytes=share.in_flight if share is not None else 0,
+        inflight_bytes_limit=share.limit if share is not None else 0,
+        budget_waiting=share.waiting if share is not None else 0,
     )
 
 

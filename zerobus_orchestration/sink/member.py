@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from zerobus_orchestration.sink.ack_lane import AckLane
+    from zerobus_orchestration.sink.byte_budget import Share
     from zerobus_orchestration.transport.base import Stream
 
 
@@ -90,6 +91,9 @@ class Member:
     open_not_before: float = 0.0
     """The member's next stream is not opened before this (``time.monotonic()``)."""
     counts_as_rebuild: bool = False
+    share: Share | None = None
+    """This member's share of the pool's in-flight byte budget (kept across its streams: a re-submitted
+    batch keeps its bytes here until it settles)."""
     resubmit: list[PendingAck] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

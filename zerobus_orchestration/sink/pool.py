@@ -4,10 +4,11 @@ Size: ``max(min_streams, ceil(peak_MB_s / per_stream_mb_ceiling))``, logged at o
 opened lazily at the first write and kept for the life of the process (or until ``close``).
 
 This module is the ingest path and the pool's lifecycle. Every open happens on the pool's supervisor
-thread (``supervisor.py``), never on the ingest path: a pusher only selects a healthy member, reserves an
-in-flight slot on its lane and submits. A member whose stream fails at submit is handed to the
-supervisor to rebuild; a transient failure or a concurrency reject at submit is backed off and retried
-within the batch's budget (``submit_retry.py``), not passed to the writer. ``flush`` waits until every
+thread (``supervisor.py``), never on the ingest path: a pusher only selects a healthy member with room in
+its share of the byte budget (``byte_budget.py``), reserves an in-flight slot on its lane and submits. A
+member whose stream fails at submit is handed to the supervisor to rebuild; a transient failure or a
+concurrency reject at submit is backed off and retried within the batch's budget (``submit_retry.py``),
+not passed to the writer. ``flush`` waits until every
 submitted batch is durable (through rebuilds) and raises for batches lost beyond repair; ``close``
 drains, stops the supervisor and closes every stream.
 
@@ -26,13 +27,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 import pyarrow as pa
+from prometheus_client import Counter
 
 from zerobus_orchestration.config import PoolConfig
 from zerobus_orchestration.errors import ErrorClass, SinkClosedError
 from zerobus_orchestration.metrics import SinkMetrics, default_metrics
 from zerobus_orchestration.ranges import CoverageRecorder, OffsetRange
 from zerobus_orchestration.sink.ack_lane import AckLane
-from zerobus_orchestration.sink.byte_budget import ByteBudget
+from zerobus_orchestration.sink.byte_budget import ByteBudget, Share
 from zerobus_orchestration.sink.confirmation import (
     Confirmation,
     InFlightBatches,
@@ -108,17 +110,22 @@ class StreamPool:
         self._coalesce = SampleReservoir()
         self._latency = SampleReservoir()
         self._supervisor = Supervisor(self, seed=seed)  # its thread starts at the first ``ensure_open``
-        budget_labels = {"table": table, "lane": str(lane)}
         self._budget = ByteBudget(
-            self.config.max_inflight_bytes,
-            table=table,
-            waits_counter=self.metrics.inflight_budget_waits.labels(**budget_labels),
-            wait_seconds_counter=self.metrics.inflight_budget_wait_seconds.labels(**budget_labels),
+            self.config.max_inflight_bytes, self.size, table=table, counters=self._budget_counters
+        )
+        for member, share in zip(self._members, self._budget.shares, strict=True):
+            member.share = share
+
+    def _budget_counters(self, stream: str) -> tuple[Counter, Counter]:
+        labels = {"table": self.table, "stream": stream, "lane": str(self.lane_kind)}
+        return (
+            self.metrics.inflight_budget_waits.labels(**labels),
+            self.metrics.inflight_budget_wait_seconds.labels(**labels),
         )
 
     @property
     def inflight_bytes(self) -> int:
-        """Bytes submitted and not yet settled (durable, or given up on); push waits at the budget."""
+        """Bytes submitted and not yet settled (durable, or given up on), over every stream's share."""
         return self._budget.in_flight
 
     @property
@@ -233,9 +240,10 @@ class StreamPool:
     ) -> Submitted:
         """Submit ``batch`` on a healthy member without waiting for durability.
 
-        Waits while the pool's byte budget (``max_inflight_bytes``) is spent or the ack channels are full
-        (backpressure; keyed: the key's member's; ``health().backpressure`` says which), or, bounded by
-        ``healthy_member_wait_s``, while no member is healthy. A submit that poisons its stream is
+        Waits while every stream's share of the byte budget (``max_inflight_bytes``) is spent or every
+        ack channel is full (backpressure; keyed: the key's member's share and channel only;
+        ``health().backpressure`` says which), or, bounded by ``healthy_member_wait_s``, while no member
+        is healthy. A submit that poisons its stream is
         retried on a rebuilt stream a few times, backed off; see ``SubmitRetry``.
         ``nbytes``: the batch's size if the caller already knows it (saves recomputing it).
         ``tracker``: counts the batch as in flight until it is settled (a sink's own ``flush`` waits on it).
@@ -244,79 +252,23 @@ class StreamPool:
         if self._schema is None:
             raise RuntimeError(f"{self.table}: ensure_open(schema) must run before the first submit")
         size = batch.nbytes if nbytes is None else nbytes
-        # Bytes first, then a channel slot: both are the same backpressure point, and the bytes come back
-        # only when the batch settles (``PendingAck.settle``), or here if it never reaches a lane.
-        self._budget.acquire(size)
-        try:
-            return self._submit_within_budget(batch, confirmation, key, future, size, tracker)
-        except BaseException:
-            self._budget.release(size)
-            raise
-
-    def _submit_within_budget(
-        self,
-        batch: pa.RecordBatch,
-        confirmation: Confirmation,
-        key: str | None,
-        future: Future[OffsetRange | None] | None,
-        nbytes: int,
-        tracker: InFlightBatches | None,
-    ) -> Submitted:
         deadline = time.monotonic() + self.config.healthy_member_wait_s
         retry: SubmitRetry | None = None  # built at the first refused submit: the common path never pays
         while True:
-            member = self._select(key, deadline)
-            if key is None:
-                member = self._with_room(member)
-            lane = member.lane
-            if lane is None:
-                continue
+            # Bytes first, then a channel slot: both are the same backpressure point, and the bytes come
+            # back only when the batch settles (``PendingAck.settle``), or here if it never reaches a lane.
+            member, share = self._place(key, size, deadline)
             try:
-                # Unkeyed, the wait is sliced: with every channel full, the first lane to free a slot
-                # takes the batch, not necessarily ``member`` (which may be the slow one).
-                if not lane.reserve(None if key is not None else _FULL_CHANNEL_RESELECT_S):
-                    continue
-            except LaneUnavailable:
-                continue
-            with member.lock:
-                stream = member.stream
-                if member.state is not MemberState.HEALTHY or member.lane is not lane or stream is None:
-                    lane.release()
-                    continue
-                submitted_at = time.monotonic()
-                try:
-                    offset = stream.submit(batch)
-                except Exception as exc:
-                    lane.release()
-                    error_class = classify(exc)
-                    if error_class not in (
-                        ErrorClass.POISON,
-                        ErrorClass.TRANSIENT,
-                        ErrorClass.CONCURRENCY_REJECT,
-                    ):
-                        raise
-                    if error_class is not ErrorClass.TRANSIENT:
-                        self._start_rebuild_locked(member, exc)
-                    failure: Exception = exc
-                else:
-                    seq = member.take_seq()
-                    if tracker is not None:
-                        tracker.add()  # before the lane can confirm it, so the count never goes below zero
-                    lane.put(
-                        PendingAck(
-                            self.lane_kind,
-                            seq,
-                            offset,
-                            confirmation,
-                            submitted_at,
-                            batch,
-                            future,
-                            nbytes=nbytes,
-                            tracker=tracker,
-                            budget=self._budget,
-                        )
-                    )
-                    return Submitted(member.index, seq, offset)
+                outcome = self._submit_on(member, share, batch, confirmation, key, future, size, tracker)
+            except BaseException:
+                share.release(size)
+                raise
+            if isinstance(outcome, Submitted):
+                return outcome
+            share.release(size)
+            if outcome is None:
+                continue  # the member changed, or its channel stayed full: select again
+            failure, error_class = outcome
             self.notify()
             if retry is None:
                 retry = SubmitRetry(self.table, self.config, self._supervisor)
@@ -325,19 +277,101 @@ class StreamPool:
                 # The wait for a healthy member starts again after the backoff the service asked for.
                 deadline = max(deadline, time.monotonic() + self.config.healthy_member_wait_s)
 
-    def _with_room(self, chosen: Member) -> Member:
-        """Round-robin skips a member whose channel is full while another has room.
+    def _place(self, key: str | None, nbytes: int, deadline: float) -> tuple[Member, Share]:
+        """A serving member for the batch and ``nbytes`` of its share of the byte budget.
 
-        Without this, one slow or full stream would hold every pusher (head-of-line blocking) while
-        the other members' lanes sit idle. If every channel is full, the pusher waits on ``chosen``
-        for at most ``_FULL_CHANNEL_RESELECT_S`` and then looks again (see ``submit``).
+        Keyed, the key's member, waiting for its own share only. Unkeyed, the first member in round-robin
+        order whose share has room, preferring those whose channel has room too: one slow stream spends
+        its own share and holds back only the batches pinned to it (head-of-line blocking otherwise).
         """
-        for step in range(self.size):
-            candidate = self._members[(chosen.index + step) % self.size]
-            lane = candidate.lane
-            if candidate.serving and lane is not None and lane.has_room:
-                return candidate
-        return chosen
+        while True:
+            member = self._select(key, deadline)
+            if key is not None:
+                return member, self._budget.acquire(nbytes, member.index)
+            share = self._budget.acquire_any(nbytes, self._candidates(member), self._serving)
+            if share is not None:
+                return self._members[share.index], share
+
+    def _candidates(self, chosen: Member) -> list[int]:
+        """Serving members from ``chosen`` on in round-robin order, those with channel room first."""
+        ring = [self._members[(chosen.index + step) % self.size] for step in range(self.size)]
+        serving = [m for m in ring if m.serving]
+        roomy = [m.index for m in serving if m.lane is not None and m.lane.has_room]
+        return roomy + [m.index for m in serving if m.index not in roomy]
+
+    def _serving(self, index: int) -> bool:
+        return self._members[index].serving
+
+    def _submit_on(
+        self,
+        member: Member,
+        share: Share,
+        batch: pa.RecordBatch,
+        confirmation: Confirmation,
+        key: str | None,
+        future: Future[OffsetRange | None] | None,
+        nbytes: int,
+        tracker: InFlightBatches | None,
+    ) -> Submitted | tuple[Exception, ErrorClass] | None:
+        """Submit on ``member`` holding ``nbytes`` of ``share``: where it went, why it was refused (a
+        failure to retry), or None to select again (the caller gives the bytes back unless submitted)."""
+        lane = member.lane
+        if lane is None:
+            return None
+        unkeyed = key is None
+        try:
+            # Unkeyed, the wait is sliced: with every channel full, the first lane to free a slot takes
+            # the batch, not necessarily ``member`` (which may be the slow one).
+            if not lane.reserve(_FULL_CHANNEL_RESELECT_S if unkeyed else None):
+                return None
+        except LaneUnavailable:
+            return None
+        # The lane's capacity keeps the stream under its own in-flight cap (``lane_capacity``), so a submit
+        # does not wait inside the transport; should one still take long, an unkeyed pusher goes elsewhere
+        # rather than queue behind it.
+        if not member.lock.acquire(timeout=_FULL_CHANNEL_RESELECT_S if unkeyed else -1):
+            lane.release()
+            return None
+        try:
+            stream = member.stream
+            if member.state is not MemberState.HEALTHY or member.lane is not lane or stream is None:
+                lane.release()
+                return None
+            submitted_at = time.monotonic()
+            try:
+                offset = stream.submit(batch)
+            except Exception as exc:
+                lane.release()
+                error_class = classify(exc)
+                if error_class not in (
+                    ErrorClass.POISON,
+                    ErrorClass.TRANSIENT,
+                    ErrorClass.CONCURRENCY_REJECT,
+                ):
+                    raise
+                if error_class is not ErrorClass.TRANSIENT:
+                    self._start_rebuild_locked(member, exc)
+                return exc, error_class
+            seq = member.take_seq()
+            if tracker is not None:
+                tracker.add()  # before the lane can confirm it, so the count never goes below zero
+            lane.put(
+                PendingAck(
+                    self.lane_kind,
+                    seq,
+                    offset,
+                    confirmation,
+                    submitted_at,
+                    batch,
+                    future,
+                    nbytes=nbytes,
+                    tracker=tracker,
+                    budget=share,
+                )
+            )
+            return Submitted(member.index, seq, offset)
+        finally:
+            member.lock.release()
 
     def _select(self, key: str | None, deadline: float) -> Member:
         with self._cond:
@@ -381,17 +415,20 @@ class StreamPool:
             self.lane_failures += 1
             if error_class is ErrorClass.POISON:
                 self.lane_poisonings += 1
-        for member in self._members:
-            with member.lock:
-                owned = member.lane is lane  # also when a refused submit already marked it rebuilding
-                if owned and member.state is MemberState.HEALTHY:
+        # Only the owner's lock: another member's may be held by a pusher submitting on a slow stream,
+        # and this lane's failure must not wait for that stream.
+        owner = next((m for m in self._members if m.lane is lane), None)
+        if owner is not None:
+            with owner.lock:
+                owned = owner.lane is lane  # also when a refused submit already marked it rebuilding
+                if owned and owner.state is MemberState.HEALTHY:
                     if error_class in (ErrorClass.FATAL, ErrorClass.SCHEMA_REJECTED):
-                        member.fatal = error
-                    self._start_rebuild_locked(member, error)
+                        owner.fatal = error
+                    self._start_rebuild_locked(owner, error)
             if owned and error_class is ErrorClass.CONCURRENCY_REJECT:
                 # The service refused this stream's reconnects: re-opening at once would be refused too.
                 # Back off pool-wide (retry hint honoured); the other members keep sending meanwhile.
-                self._supervisor.back_off(member, error, error_class, what="re-opening")
+                self._supervisor.back_off(owner, error, error_class, what="re-opening")
         self.notify()
 
     def _start_rebuild_locked(self, member: Member, error: BaseException) -> None:
@@ -419,6 +456,7 @@ class StreamPool:
     def notify(self) -> None:
         with self._cond:
             self._cond.notify_all()
+        self._budget.wake()  # a pusher waiting for any stream's share looks again at which streams serve
 
     def healthy_count(self) -> int:
         return sum(1 for m in self._members if m.state is MemberState.HEALTHY)

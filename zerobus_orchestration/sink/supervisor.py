@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from zerobus_orchestration.errors import ErrorClass
 from zerobus_orchestration.retry import Backoff
-from zerobus_orchestration.sink.ack_lane import AckLane, LaneObserver, LaneState
+from zerobus_orchestration.sink.ack_lane import AckLane, LaneObserver, LaneState, lane_capacity
 from zerobus_orchestration.sink.confirmation import LaneKind, PendingAck, span_of
 from zerobus_orchestration.sink.errors import PoisonedBatchError, RebuildBudgetExceededError
 from zerobus_orchestration.sink.lane_telemetry import LaneTelemetry
@@ -104,7 +104,6 @@ class Supervisor:
         self.last_error: str | None = None
         self.last_open_backoff_s: float | None = None
         """The most recent backoff before the next open (after a refusal), retry hint included."""
-        self._m_rejects = pool.metrics.concurrency_rejects.labels(table=pool.table)
 
     def start(self) -> None:
         self._thread = threading.Thread(
@@ -234,7 +233,9 @@ class Supervisor:
         pool = self._pool
         if error_class is ErrorClass.CONCURRENCY_REJECT:
             self.concurrency_rejects += 1
-            self._m_rejects.inc()
+            pool.metrics.concurrency_rejects.labels(
+                table=pool.table, stream=str(member.index), lane=str(pool.lane_kind)
+            ).inc()
         self.open_refusals += 1
         self._consecutive_rejects += 1
         # The service's retry hint, if any, is a floor.
@@ -330,7 +331,7 @@ class Supervisor:
         lane = AckLane(
             stream,
             kind=pool.lane_kind,
-            capacity=cfg.ack_channel_capacity,
+            capacity=lane_capacity(cfg.ack_channel_capacity, stream),
             telemetry=telemetry,
             recorder=pool.recorder,
             observer=pool,

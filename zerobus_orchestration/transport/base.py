@@ -54,3 +54,15 @@ class Transport(Protocol):
     def close(self) -> None:
         """Release transport-wide resources (channels, token caches). Idempotent."""
         ...
+
+
+@runtime_checkable
+class CapsInFlight(Protocol):
+    """A stream whose ``submit`` blocks once this many batches are unacknowledged (the official SDK's
+    ``max_inflight_batches``). The pool keeps each stream's pending acks at or under it, so a pusher
+    never waits inside the transport while it holds the stream (docs/architecture.md#the-data-path)."""
+
+    @property
+    def max_inflight_batches(self) -> int | None:
+        """None: no cap."""
+        ...

@@ -5,6 +5,10 @@ at ``max(previous batch's durable time, submit time + latency)``, so acknowledge
 and in offset order, as on the real service. What became durable is kept per table, in order, so a
 test can assert exactly what landed (and nothing that was only submitted).
 
+Like the official SDK, a stream may cap its unacknowledged batches (``max_inflight_batches``): a
+``submit`` at the cap blocks until an acknowledgement frees a place, and counts itself in
+``blocked_submits``, so a test can prove the pool never pushes a stream that far.
+
 Faults are declared up front in a :class:`FaultPlan` and keyed by the stream's *open index* (0 for the
 first stream this transport opened, 1 for the next, ...), so a rebuilt stream is a new index and does
 not inherit the fault of the stream it replaces.
@@ -89,8 +93,11 @@ class MemoryTransport:
         *,
         keep_payloads: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        max_inflight_batches: int | None = None,
     ) -> None:
+        """``max_inflight_batches``: each stream's cap on unacknowledged batches (None: no cap)."""
         self.latency = latency or LatencyModel()
+        self.max_inflight_batches = max_inflight_batches
         self.faults = faults or FaultPlan()
         self.keep_payloads = keep_payloads
         self._clock = clock
@@ -236,6 +243,8 @@ class MemoryStream:
         self._closed = False
         self.submits = 0
         self.refused_submits = 0
+        self.blocked_submits = 0
+        """Submits that found the stream at its in-flight cap and waited for an ack (the SDK's behaviour)."""
         self.waits = 0
 
     # -- Stream protocol ----------------------------------------------------------------------------
@@ -248,10 +257,15 @@ class MemoryStream:
     def stream_id(self) -> str:
         return self._id
 
+    @property
+    def max_inflight_batches(self) -> int | None:
+        return self._transport.max_inflight_batches
+
     def submit(self, batch: pa.RecordBatch) -> int:
         latency = self._transport._draw_latency(self._latency_multiplier)
         with self._cond:
             self._settle_locked()
+            self._wait_below_cap_locked()
             if self._failed is not None:
                 raise self._failed
             if self._closed:
@@ -273,6 +287,15 @@ class MemoryStream:
             self.submits += 1
             # No notify: a waiter always has an earlier in-flight batch and a timed wait on its ack.
             return offset
+
+    def _wait_below_cap_locked(self) -> None:
+        cap = self._transport.max_inflight_batches
+        if cap is None or len(self._inflight) < cap:
+            return
+        self.blocked_submits += 1
+        while len(self._inflight) >= cap and self._failed is None and not self._closed:
+            self._cond.wait(timeout=self._time_to_next_ack_locked())
+            self._settle_locked()
 
     def wait_for_offset(self, offset: int) -> None:
         with self._cond:

@@ -182,12 +182,20 @@ class SdkStream:
     """One official-SDK Arrow stream, shaped as our ``Stream`` protocol."""
 
     def __init__(
-        self, table: str, inner: Any, schema: pa.Schema | None = None, *, ack_timeout_s: float | None = None
+        self,
+        table: str,
+        inner: Any,
+        schema: pa.Schema | None = None,
+        *,
+        ack_timeout_s: float | None = None,
+        max_inflight_batches: int = SdkStreamOptions().max_inflight_batches,
     ) -> None:
-        """``ack_timeout_s``: the SDK's lack-of-ack timeout if its recovery is on (None: not inferred)."""
+        """``ack_timeout_s``: the SDK's lack-of-ack timeout if its recovery is on (None: not inferred).
+        ``max_inflight_batches``: the option the SDK stream was opened with."""
         self._table = table
         self._inner = inner
         self._schema = schema
+        self._max_inflight_batches = max_inflight_batches
         self._id = uuid.uuid4().hex[:12]
         self._closed = False
         self._close_lock = threading.Lock()
@@ -214,6 +222,12 @@ class SdkStream:
     @property
     def schema(self) -> pa.Schema | None:
         return self._schema
+
+    @property
+    def max_inflight_batches(self) -> int:
+        """The SDK's cap on unacknowledged batches: ``ingest_batch`` blocks at it, waiting for an ack
+        (measured against 1.10.0; ``transport.base.CapsInFlight``)."""
+        return self._max_inflight_batches
 
     def submit(self, batch: pa.RecordBatch) -> int:
         batch = self._conform(batch)
@@ -451,7 +465,13 @@ class SdkTransport:
         # A counted provider sees every reconnect, stalls included: inferring them too would count twice.
         infer = sdk_options.recovery and counting is None
         ack_timeout_s = sdk_options.server_lack_of_ack_timeout_ms / 1000 if infer else None
-        stream = SdkStream(table, inner, schema, ack_timeout_s=ack_timeout_s)
+        stream = SdkStream(
+            table,
+            inner,
+            schema,
+            ack_timeout_s=ack_timeout_s,
+            max_inflight_batches=sdk_options.max_inflight_batches,
+        )
         if counting is not None:
             counting.on_connect = stream.note_reconnect  # calls so far were the open's own attempts
         return stream

@@ -76,7 +76,7 @@ def test_push_held_at_the_byte_budget_is_reported_as_backpressure(
     after = pool.health()
     assert not after.backpressured and after.inflight_bytes == 0
     assert after.budget_waits >= 1 and after.budget_wait_s > 0
-    labels = {"table": pool.table, "lane": "raw"}
+    labels = {"table": pool.table, "stream": "any", "lane": "raw"}  # unkeyed: waited for any stream's share
     assert pool.metrics.sample("zerobus_inflight_budget_waits_total", labels) == after.budget_waits
     assert pool.metrics.sample("zerobus_inflight_budget_wait_seconds_total", labels) == pytest.approx(
         after.budget_wait_s

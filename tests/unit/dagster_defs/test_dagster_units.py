@@ -131,7 +131,7 @@ def test_resource_fields_win_over_options_and_environment(
     assert cfg.warehouse == str(tmp_path)
     assert cfg.pool.min_streams == 3
     assert cfg.emulator.iceberg_lag_s == 0.5
-    assert ZerobusResource(use_environment=False).zerobus_config().pool.min_streams == 1
+    assert ZerobusResource(use_environment=False).zerobus_config().pool.min_streams == 2  # the default
 
 
 def _result(**overrides: object) -> WriteResult:

@@ -1,4 +1,5 @@
-"""``pool.max_batch_bytes`` stays within what one ingest call may carry; a budget under one batch is warned of."""
+"""``pool.max_batch_bytes`` stays within what one ingest call may carry; a stream's share of the budget under
+one batch is warned of."""
 
 from __future__ import annotations
 
@@ -55,13 +56,19 @@ def test_a_budget_under_one_batch_is_warned_of_once_when_the_config_is_built(
     assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
     message = warnings[0].getMessage()
     assert "pool.max_inflight_bytes (2097152)" in message and "pool.max_batch_bytes (8388608)" in message
+    assert "split over 2 stream(s), gives each stream 1048576 bytes" in message
     assert "one batch at a time" in message and "Raise pool.max_inflight_bytes" in message
     assert (config.pool.max_inflight_bytes, config.pool.max_batch_bytes) == (2 * MiB, 8 * MiB)  # not refused
 
 
 @pytest.mark.parametrize(
     "pool",
-    [{}, {"max_batch_bytes": 8 * MiB, "max_inflight_bytes": 8 * MiB}, {"max_inflight_bytes": 64 * MiB}],
+    [
+        {},
+        {"max_batch_bytes": 8 * MiB, "max_inflight_bytes": 16 * MiB},
+        {"min_streams": 1, "max_batch_bytes": 8 * MiB, "max_inflight_bytes": 8 * MiB},
+        {"max_inflight_bytes": 64 * MiB},
+    ],
 )
 def test_a_budget_of_at_least_one_batch_is_not_warned_of(
     caplog: pytest.LogCaptureFixture, pool: dict[str, int]

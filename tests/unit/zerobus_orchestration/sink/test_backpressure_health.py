@@ -66,7 +66,9 @@ def test_a_pusher_held_at_the_byte_budget_shows_as_backpressured_with_the_budget
 ) -> None:
     one = BATCH.nbytes
     # Channels far larger than the budget: only the bytes can hold the pusher.
-    pool = open_pool(PoolConfig(ack_channel_capacity=1000, max_inflight_bytes=3 * one), metrics)
+    pool = open_pool(
+        PoolConfig(min_streams=1, ack_channel_capacity=1000, max_inflight_bytes=3 * one), metrics
+    )
     transport = pool.transport
     assert isinstance(transport, MemoryTransport)
     before = pool.health()
@@ -83,7 +85,8 @@ def test_a_pusher_held_at_the_byte_budget_shows_as_backpressured_with_the_budget
     assert health.pending == 3 and not any(s.backpressured for s in health.streams)  # far below 1000
     as_dict = health.as_dict()
     assert as_dict["backpressure"] == "max_inflight_bytes" and as_dict["budget_waiting"] == 1
-    labels = {"table": TABLE, "lane": "raw"}
+    # One stream: an unkeyed push waits for any share, counted on stream="any".
+    labels = {"table": TABLE, "stream": "any", "lane": "raw"}
     assert metrics.sample(WAITS, labels) == 1  # counted when the wait starts, not only when it ends
     transport.resume_acks()
     thread.join(timeout=30)
@@ -99,7 +102,9 @@ def test_a_pusher_held_at_the_byte_budget_shows_as_backpressured_with_the_budget
 
 def test_a_pusher_held_at_a_full_channel_is_told_apart_from_the_budget(metrics: SinkMetrics) -> None:
     # A budget far larger than the channel: only the channel can hold the pusher.
-    pool = open_pool(PoolConfig(ack_channel_capacity=2, max_inflight_bytes=1000 * BATCH.nbytes), metrics)
+    pool = open_pool(
+        PoolConfig(min_streams=1, ack_channel_capacity=2, max_inflight_bytes=1000 * BATCH.nbytes), metrics
+    )
     transport = pool.transport
     assert isinstance(transport, MemoryTransport)
     transport.pause_acks()
@@ -108,7 +113,7 @@ def test_a_pusher_held_at_a_full_channel_is_told_apart_from_the_budget(metrics: 
     wait_for(lambda: pool.health().backpressure == "ack_channel_capacity")
     health = pool.health()
     assert len(done) == 2 and health.pending == 2 and health.budget_waiting == 0 and health.budget_waits == 0
-    assert metrics.sample(WAITS, {"table": TABLE, "lane": "raw"}) == 0
+    assert metrics.sample(WAITS, {"table": TABLE, "stream": "any", "lane": "raw"}) == 0
     transport.resume_acks()
     thread.join(timeout=30)
     assert not thread.is_alive() and errors == []
@@ -178,7 +183,7 @@ class Tally:
 
 def test_an_acquire_that_fits_counts_nothing() -> None:
     waits, seconds = Tally(), Tally()
-    budget = ByteBudget(100, table=TABLE, waits_counter=waits, wait_seconds_counter=seconds)
+    budget = ByteBudget(100, table=TABLE, counters=lambda _stream: (waits, seconds))
     budget.acquire(60)
     budget.acquire(40)
     assert (budget.waits, budget.wait_s, waits.calls, seconds.calls) == (0, 0.0, 0, 0)
@@ -187,7 +192,7 @@ def test_an_acquire_that_fits_counts_nothing() -> None:
 def test_a_long_wait_is_counted_while_it_lasts_not_only_when_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(byte_budget_module, "_WAIT_SLICE_S", 0.02)
     waits, seconds = Tally(), Tally()
-    budget = ByteBudget(100, table=TABLE, waits_counter=waits, wait_seconds_counter=seconds)
+    budget = ByteBudget(100, table=TABLE, counters=lambda _stream: (waits, seconds))
     budget.acquire(100)
     thread = threading.Thread(target=budget.acquire, args=(10,), daemon=True)
     thread.start()
@@ -201,17 +206,18 @@ def test_a_long_wait_is_counted_while_it_lasts_not_only_when_it_ends(monkeypatch
     assert waits.calls == 1  # one wait, however many slices
 
 
-def test_the_budget_metrics_are_per_pool_never_per_stream_or_pusher(metrics: SinkMetrics) -> None:
+def test_the_budget_metrics_are_per_stream_share_never_per_pusher(metrics: SinkMetrics) -> None:
     for family in (metrics.inflight_budget_waits, metrics.inflight_budget_wait_seconds):
-        assert family._labelnames == ("table", "lane"), family
-    derived = open_pool(PoolConfig(max_inflight_bytes=1), metrics, lane=LaneKind.DERIVED)
+        assert family._labelnames == ("table", "stream", "lane"), family
+    derived = open_pool(PoolConfig(min_streams=1, max_inflight_bytes=1), metrics, lane=LaneKind.DERIVED)
     transport = derived.transport
     assert isinstance(transport, MemoryTransport)
     transport.pause_acks()
     thread, _, errors = submitter(derived, 2)
     wait_for(lambda: derived.budget.waiting == 1)
-    assert metrics.sample(WAITS, {"table": TABLE, "lane": "derived"}) == 1
-    assert metrics.sample(WAITS, {"table": TABLE, "lane": "raw"}) is None  # the raw pool's series apart
+    assert metrics.sample(WAITS, {"table": TABLE, "stream": "any", "lane": "derived"}) == 1
+    assert metrics.sample(WAITS, {"table": TABLE, "stream": "0", "lane": "derived"}) == 0  # no keyed wait
+    assert metrics.sample(WAITS, {"table": TABLE, "stream": "any", "lane": "raw"}) is None  # apart
     transport.resume_acks()
     thread.join(timeout=30)
     assert errors == []

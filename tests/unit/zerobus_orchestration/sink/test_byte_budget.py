@@ -72,7 +72,7 @@ def test_push_waits_at_the_byte_budget_and_goes_on_as_acks_release_bytes(metrics
     one = stamped_bytes()
     transport = MemoryTransport(LatencyModel(base_s=0.0))
     # Channels far larger than the budget: only the bytes can hold the pusher.
-    config = PoolConfig(ack_channel_capacity=1000, max_inflight_bytes=3 * one)
+    config = PoolConfig(min_streams=1, ack_channel_capacity=1000, max_inflight_bytes=3 * one)
     pool = StreamPool(transport, TABLE, config, metrics=metrics)
     sink = ZerobusSink(pool, source="big")
     transport.pause_acks()
@@ -99,7 +99,9 @@ def test_push_waits_at_the_byte_budget_and_goes_on_as_acks_release_bytes(metrics
 def test_a_batch_larger_than_the_whole_budget_is_sent_alone_not_deadlocked(metrics: SinkMetrics) -> None:
     one = stamped_bytes()
     transport = MemoryTransport(LatencyModel(base_s=0.0))
-    pool = StreamPool(transport, TABLE, PoolConfig(max_inflight_bytes=one // 2), metrics=metrics)
+    pool = StreamPool(
+        transport, TABLE, PoolConfig(min_streams=1, max_inflight_bytes=one // 2), metrics=metrics
+    )
     sink = ZerobusSink(pool, source="big")
     transport.pause_acks()
     thread, produced, errors = pusher(sink, 3)
@@ -123,6 +125,7 @@ def test_a_batch_given_up_on_releases_its_bytes_so_the_waiting_pusher_goes_on(me
     one = stamped_bytes()
     transport = MemoryTransport(LatencyModel(base_s=0.001), FaultPlan(rejects_batch=rejects_first))
     config = PoolConfig(
+        min_streams=1,
         max_inflight_bytes=one,
         open_backoff_initial_s=0.01,
         open_backoff_max_s=0.02,
@@ -166,7 +169,7 @@ def test_an_oversized_batch_is_sliced_with_its_positions_coverage_and_digests(
 ) -> None:
     transport = MemoryTransport(LatencyModel(base_s=0.001))
     store = CoverageStore(tmp_path / "coverage.sqlite", TABLE)
-    config = PoolConfig(max_batch_bytes=2_048)
+    config = PoolConfig(min_streams=1, max_batch_bytes=2_048)  # one stream: lands in submit order
     pool = StreamPool(transport, TABLE, config, recorder=store, metrics=metrics)
     sink = ZerobusSink(pool, source="big", start_offset=100)
     # 8,000 payload bytes, 31,000 as sent: each row also carries 8 + 8 bytes of stamps and the tag

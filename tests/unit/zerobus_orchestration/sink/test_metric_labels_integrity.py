@@ -1,4 +1,6 @@
-"""Every per-stream metric carries the pool's lane (raw / derived), so the two never blend (issue 12, item 12)."""
+"""Every sink metric carries the table, the stream and the pool's lane (raw / derived), so streams and
+lanes never blend (issue 12, item 12; issue 26). The write-boundary guard's two counters are the
+exception: they count batches before any stream is chosen."""
 
 from __future__ import annotations
 
@@ -24,7 +26,11 @@ PER_STREAM = (
     "zerobus_bytes_submitted_total",
     "zerobus_rows_delivered_total",
     "zerobus_bytes_delivered_total",
+    "zerobus_inflight_budget_waits_total",
+    "zerobus_inflight_budget_wait_seconds_total",
+    "zerobus_concurrency_rejects_total",
 )
+BEFORE_ANY_STREAM = ("zerobus_type_reconcile_total", "zerobus_type_unreconcilable_total")
 
 
 def test_every_per_stream_family_has_the_lane_label(metrics: SinkMetrics) -> None:
@@ -35,6 +41,7 @@ def test_every_per_stream_family_has_the_lane_label(metrics: SinkMetrics) -> Non
     }
     per_stream = {name for name, family in families.items() if "stream" in family._labelnames}
     assert per_stream == {name.removesuffix("_total") for name in PER_STREAM}  # names unchanged
+    assert set(families) == per_stream | {name.removesuffix("_total") for name in BEFORE_ANY_STREAM}
     for name in per_stream:
         assert families[name]._labelnames == ("table", "stream", "lane"), name
 

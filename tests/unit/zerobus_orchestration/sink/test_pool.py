@@ -227,7 +227,11 @@ def test_repeated_concurrency_rejects_back_off_and_data_flows_on_existing_member
     bound = 3 + doublings + elapsed / (initial * 0.5)
     assert transport.open_attempts <= bound, (transport.open_attempts, elapsed)
     assert pool.concurrency_rejects == transport.rejected_opens >= 1
-    assert metrics.sample("zerobus_concurrency_rejects_total", {"table": TABLE}) == pool.concurrency_rejects
+    per_stream = [
+        metrics.sample("zerobus_concurrency_rejects_total", {"table": TABLE, "stream": str(i), "lane": "raw"})
+        for i in range(pool.size)
+    ]
+    assert sum(n or 0 for n in per_stream) == pool.concurrency_rejects
     pool.close()
 
 
