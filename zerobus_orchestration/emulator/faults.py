@@ -1,6 +1,10 @@
 """Fault injection: declarative, counted faults applied to the next matching streams.
 
-Every fault fires on at most ``streams`` stream connections (default one) and is then spent. Failing
+Every fault fires on at most ``streams`` stream connections (default one) and is then spent. ``stream``
+aims it at one stream of a table: the table's connections are numbered from 0 in the order they are
+opened (each open that passed authentication and the table check, reconnects and refused opens
+included), and the fault skips those before ``stream``. A pool opens its members one after the other,
+so ``stream=1`` is its second member's first stream. Failing
 every fresh connection would drive the official SDK into its reconnect hot loop (the retry budget
 resets after each successful reopen), so open-ended faults are
 deliberately not expressible.
@@ -12,7 +16,13 @@ Kinds, each counted from the stream's accepted batches (``after_batches``):
 * ``rotate``: after batch N the server asks the client to rotate (``CloseStreamSignal`` /
   ``close_stream_duration_ms`` = ``grace_ms``).
 * ``withhold_acks``: batches after N are written durably but never acknowledged on this stream.
-* ``delay_acks``: acknowledgements after batch N are sent ``delay_s`` late.
+* ``delay_acks``: acknowledgements after batch N are sent ``delay_s`` late (each one: they are not
+  coalesced while the fault lasts), after the batch is durable.
+* ``delay_durability``: batches after N are written to the write-ahead log but made durable (fsync'd),
+  and so acknowledged, only ``delay_s`` later, each one: the window in which a batch is submitted and
+  not durable, which is where a client that advanced on submit instead of on the ack would lead the
+  table. The log is one per table with one group commit, so another stream of the same table can make
+  the batches durable sooner; aim it at a table with one stream.
 * ``crash``: batch N+1 is written and fsync'd, then the process exits (``os._exit``) before acking.
 * ``reject_open``: the stream is refused at open with ``status`` (e.g. ``RESOURCE_EXHAUSTED``).
 
@@ -46,6 +56,7 @@ class FaultKind(StrEnum):
     ROTATE = "rotate"
     WITHHOLD_ACKS = "withhold_acks"
     DELAY_ACKS = "delay_acks"
+    DELAY_DURABILITY = "delay_durability"
     CRASH = "crash"
     REJECT_OPEN = "reject_open"
 
@@ -64,9 +75,16 @@ class FaultSpec(BaseModel):
     after_batches: int = Field(0, ge=0, description="Batches accepted on the stream before the fault acts.")
     status: str = Field("UNAVAILABLE", description="gRPC status name for abort / reject_open.")
     message: str = Field("injected fault", description="Status details text.")
-    delay_s: float = Field(0.0, ge=0, description="Ack delay for delay_acks.")
+    delay_s: float = Field(
+        0.0, ge=0, description="Ack delay for delay_acks, durability delay for delay_durability."
+    )
     grace_ms: int = Field(1000, ge=0, description="Rotation grace for rotate.")
     streams: int = Field(1, ge=1, description="How many stream connections it fires on before it is spent.")
+    stream: int | None = Field(
+        None,
+        ge=0,
+        description="The table's connection (numbered from 0 in open order) it starts at; None: the next.",
+    )
     exit_code: int = Field(137, description="Process exit code for crash.")
 
 
@@ -117,6 +135,7 @@ class FaultInjector:
         self.enabled = enabled
         self._lock = threading.Lock()
         self._armed: list[_Armed] = []
+        self._connections: dict[str, int] = {}  # lower-cased table -> connections armed so far
         # ``fired``: handed to a stream at open (it may never act, e.g. the client sends too few
         # batches); ``acted``: actually took effect (status sent, rotation signal sent). Tests that
         # must prove a fault happened assert on ``acted``.
@@ -156,11 +175,15 @@ class FaultInjector:
         """The faults the stream now opening on ``table`` gets; each use spends one of its ``streams``."""
         armed: list[FaultSpec] = []
         with self._lock:
+            index = self._connections.get(table.lower(), 0)
+            self._connections[table.lower()] = index + 1
             for entry in self._armed:
                 spec = entry.spec
                 if spec.table is not None and spec.table.lower() != table.lower():
                     continue
                 if spec.protocol is not None and spec.protocol != protocol:
+                    continue
+                if spec.stream is not None and index < spec.stream:
                     continue
                 entry.streams_left -= 1
                 armed.append(spec)

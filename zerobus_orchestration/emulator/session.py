@@ -195,8 +195,8 @@ class StreamSession:
     def responses(self, context: grpc.ServicerContext, render_ack: RenderAck) -> Iterator[Any]:
         """Acks for durable batches, then the end of the call; coalesces whatever is queued."""
         withhold, delay = self._fault(FaultKind.WITHHOLD_ACKS), self._fault(FaultKind.DELAY_ACKS)
-        rotate_fault = self._fault(FaultKind.ROTATE)
-        coalesce = withhold is None and delay is None
+        rotate_fault, undurable = self._fault(FaultKind.ROTATE), self._fault(FaultKind.DELAY_DURABILITY)
+        coalesce = withhold is None and delay is None and undurable is None
         held: deque[_Event] = deque()
         pause = threading.Event()
         while True:
@@ -215,6 +215,14 @@ class StreamSession:
                         break
                     newest = nxt
                     rotate = nxt.rotate_grace_ms if nxt.rotate_grace_ms is not None else rotate
+                if undurable is not None and newest.batch_no > undurable.after_batches:
+                    durable = self.state.wal.durable_seq  # the record shows the batch was not durable
+                    self._record(
+                        undurable,
+                        f"held batch {newest.batch_no} (WAL position {newest.seq}, durable through "
+                        f"{durable}) {undurable.delay_s:g} s before making it durable",
+                    )
+                    pause.wait(undurable.delay_s)
                 try:
                     self.state.wal.wait_durable(newest.seq)
                 except (OSError, WalUnusableError) as exc:

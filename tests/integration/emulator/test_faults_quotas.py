@@ -33,6 +33,15 @@ def test_protocol_filter() -> None:
     assert [f.kind for f in injector.arm("c.s.t", "row")] == [FaultKind.ROTATE]
 
 
+def test_a_fault_aimed_at_one_stream_skips_the_tables_earlier_connections() -> None:
+    injector = FaultInjector([FaultSpec(kind=FaultKind.DELAY_ACKS, table="c.s.t", stream=1, delay_s=2.0)])
+    assert injector.arm("c.s.other", "arrow") == []  # other tables have their own numbering
+    assert injector.arm("c.s.t", "arrow") == []  # connection 0 of c.s.t
+    assert injector.arm("c.s.other", "arrow") == []
+    assert [f.stream for f in injector.arm("C.S.T", "arrow")] == [1]  # connection 1: this one
+    assert injector.arm("c.s.t", "arrow") == [] and injector.pending() == []
+
+
 def test_handing_a_fault_to_a_stream_is_not_recording_that_it_acted() -> None:
     injector = FaultInjector([FaultSpec(kind=FaultKind.WITHHOLD_ACKS, after_batches=5)])
     assert injector.enabled is False  # remote arming (HTTP) is off unless the emulator enables it
