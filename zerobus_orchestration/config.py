@@ -11,6 +11,7 @@ inline on the ingest path.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import os
@@ -320,6 +321,42 @@ processes, one after or beside the other, and only one process may hold a wareho
 the warehouse's one emulator process (``zerobus-orch readback`` right after a run reuses it)."""
 
 
+class FederationPolicy(_Model):
+    """An OAuth token federation policy of the emulator's token endpoint (RFC 8693 token exchange).
+
+    As on Databricks, a JWT from an external identity provider is exchanged for a Zerobus token when it
+    is signed by one of the policy's keys and carries its issuer, an accepted audience and (for a
+    service principal's policy) its subject. See docs/adr/0003-emulator-fidelity-limits.md.
+    """
+
+    issuer: str = Field(description="The IdP's issuer URL; the subject token's `iss` must equal it.")
+    audiences: list[str] = Field(
+        min_length=1, description="Accepted `aud` values; the subject token must carry one of them."
+    )
+    subject: str | None = Field(
+        None, description="The required subject (`subject_claim` value); unset: any subject (account-level)."
+    )
+    subject_claim: str = Field("sub", description="The claim holding the subject.")
+    client_id: str | None = Field(
+        None,
+        description="Workload identity federation: the service principal the policy belongs to (the SDK's "
+        "FederatedToken databricks_client_id); unset: an account-level policy (requests without client_id).",
+    )
+    jwks_json: str = Field(
+        description="The IdP's public keys as a JWKS JSON document (RS256 keys); the emulator fetches none."
+    )
+
+    @model_validator(mode="after")
+    def _keys(self) -> FederationPolicy:
+        try:
+            keys = json.loads(self.jwks_json)["keys"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"jwks_json must be a JWKS document {{'keys': [...]}}: {exc}") from exc
+        if not isinstance(keys, list) or not keys:
+            raise ValueError("jwks_json holds no keys")
+        return self
+
+
 class EmulatorConfig(_Model):
     """The local Zerobus emulator: the embedded default (no endpoint) and ``zerobus-orch serve``."""
 
@@ -363,6 +400,11 @@ class EmulatorConfig(_Model):
     )
     faults_enabled: bool = Field(
         False, description="Let POST /_emulator/faults arm fault injection (tests only; off: HTTP 403)."
+    )
+    federation_policies: list[FederationPolicy] = Field(
+        default_factory=list,
+        description="Token federation policies: the token endpoint exchanges an IdP JWT matching one "
+        "(RFC 8693, the SDK's FederatedToken); none: token exchange is refused.",
     )
 
 

@@ -2,8 +2,9 @@
 
 The SDK posts to ``<unity_catalog_url>/oidc/v1/token`` with HTTP Basic client credentials and an
 ``authorization_details`` JSON list whose ``TABLE`` entry names the table it will write
-(``rust/sdk/src/default_token_factory.rs`` in databricks/zerobus-sdk). A token from a request without
-table details is a workspace token: it may write any table.
+(``rust/sdk/src/default_token_factory.rs`` in databricks/zerobus-sdk), or exchanges an IdP JWT for a
+token (RFC 8693, ``federation.py``). A token from a request without table details is a workspace
+token: it may write any table.
 
 A token is self-contained and signed (HMAC-SHA256) with the warehouse's signing key, which lives in the
 emulator's owner-only state (``private.signing_key``): a restarted emulator still accepts every token
@@ -27,6 +28,7 @@ from urllib.parse import parse_qs
 from pydantic import SecretStr
 
 from zerobus_orchestration.emulator.errors import AuthFailure, TokenRequestError
+from zerobus_orchestration.emulator.federation import TOKEN_EXCHANGE, FederationVerifier
 
 TOKEN_PREFIX = "zbemu1"
 CLIENT_CREDENTIALS = "client_credentials"
@@ -65,13 +67,21 @@ def _unb64(text: str) -> bytes:
 
 
 class TokenIssuer:
-    def __init__(self, client_id: str, client_secret: SecretStr, ttl_s: float, signing_key: bytes) -> None:
+    def __init__(
+        self,
+        client_id: str,
+        client_secret: SecretStr,
+        ttl_s: float,
+        signing_key: bytes,
+        federation: FederationVerifier | None = None,
+    ) -> None:
         if len(signing_key) < 32:
             raise ValueError("the token signing key must hold at least 32 bytes")
         self._client_id = client_id
         self._client_secret = client_secret
         self._ttl_s = ttl_s
         self._key = signing_key
+        self._federation = federation
 
     def issue(self, tables: frozenset[str] | None = None, ttl_s: float | None = None) -> str:
         """A new bearer token for ``tables`` (None: any table) valid for ``ttl_s`` (default configured)."""
@@ -102,18 +112,34 @@ class TokenIssuer:
             return None
 
     def token_response(self, authorization: str | None, body: bytes) -> dict[str, object]:
-        """Answer a ``POST /oidc/v1/token``; raises ``TokenRequestError`` with the HTTP status."""
-        self._check_client(authorization)
+        """Answer a ``POST /oidc/v1/token``; raises ``TokenRequestError`` with the HTTP status.
+
+        Client credentials (HTTP Basic) or, with federation policies configured, an RFC 8693 token
+        exchange of an IdP JWT (federation.py; no Basic credentials, the subject token is the credential).
+        """
         form = {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
-        if form.get("grant_type") != CLIENT_CREDENTIALS:
-            raise TokenRequestError(400, "unsupported_grant_type", f"grant_type {form.get('grant_type')!r}")
+        ttl_s = self._ttl_s
+        if form.get("grant_type") == TOKEN_EXCHANGE:
+            if self._federation is None:
+                raise TokenRequestError(
+                    400,
+                    "unsupported_grant_type",
+                    "token exchange needs a federation policy: set zerobus.emulator.federation_policies",
+                )
+            exchanged = self._federation.verify(form)
+            ttl_s = min(ttl_s, exchanged.expires_at - time.time())  # never outlives its subject token
+        else:
+            self._check_client(authorization)
+            if form.get("grant_type") != CLIENT_CREDENTIALS:
+                grant = form.get("grant_type")
+                raise TokenRequestError(400, "unsupported_grant_type", f"grant_type {grant!r}")
         details = form.get("authorization_details")
         tables = tables_in_authorization_details(details) if details else None
-        token = self.issue(tables)
+        token = self.issue(tables, ttl_s)
         return {
             "access_token": token,
             "token_type": "Bearer",
-            "expires_in": int(self._ttl_s),
+            "expires_in": int(ttl_s),
             "scope": form.get("scope", "all-apis"),
         }
 

@@ -35,6 +35,7 @@ from zerobus_orchestration.config import EmulatorConfig
 from zerobus_orchestration.emulator.auth import TokenIssuer
 from zerobus_orchestration.emulator.errors import EmulatorError, TableFailedError, WalCorruptError
 from zerobus_orchestration.emulator.faults import FaultInjector, FaultSpec
+from zerobus_orchestration.emulator.federation import FederationVerifier
 from zerobus_orchestration.emulator.http_api import ICEBERG_REST_PREFIX, IcebergRest, make_http_server
 from zerobus_orchestration.emulator.materializer import Materializer, MirrorHook, TableState, table_exists
 from zerobus_orchestration.emulator.private import open_private, private_dir, signing_key
@@ -155,6 +156,7 @@ class Emulator:
             self.config.client_secret,
             self.config.token_ttl_s,
             signing_key(self.wal_root),  # the previous run's key: its tokens stay valid until they expire
+            FederationVerifier(self.config.federation_policies) if self.config.federation_policies else None,
         )
         if self._iceberg_enabled:
             self._start_iceberg()
