@@ -6,22 +6,19 @@ allocator and garbage collector are not the emulator's to retune.
 * The allocator keeps freed memory. Every Flight frame (~2 MiB) is received, decoded and logged in
   fresh buffers of that size, and glibc by default hands freed memory of that size back to the kernel
   (an arena's free top above ``M_TRIM_THRESHOLD``, adapted to the largest freed block), so the next
-  frame's buffers are zero-filled pages faulted in again: page faults were ~15 % of the emulator's CPU
-  samples in a 4-stream burst (benchmarks/scaling.py's workload, perf). With trimming off and the
-  mmap threshold fixed at its maximum the buffers are reused (minor faults per GB: ~410k -> ~280k);
-  the process keeps its peak heap instead of returning it.
+  frame's buffers are zero-filled pages faulted in again (a measurable share of the emulator's CPU in
+  a burst). With trimming off and the mmap threshold fixed at its maximum the buffers are reused; the
+  process keeps its peak heap instead of returning it.
 * Table work yields the cores to acknowledging. Delta's Parquet encoding and commits run on the Delta
   library's worker threads (tokio's, ``tokio-*``), and in a burst a materialiser period's encoding
   competed with the gRPC handlers for the same cores: writing into the WAL and acknowledging waited
   behind Parquet. Zerobus runs the two on separate machinery, so here those threads run at a lower
   priority (nice +10 over the process's): when the cores are free they run at full speed, in a burst
-  the acknowledgements come first and the Delta commit a little later. benchmarks/scaling.py, 4
-  streams, four runs each alternating with the emulator without it (medians): durable 265 -> 290
-  MB/s, the emulator's CPU until durable 3.9 -> 3.4 s per GB, visible 159 -> 176 MB/s.
+  the acknowledgements come first and the Delta commit a little later (measured with
+  benchmarks/scaling.py: docs/performance.md).
 * The garbage collector skips the startup heap. The modules loaded by then (Delta, Arrow, grpc,
   pydantic, the Iceberg mirror) are ~160k tracked objects that live as long as the process, and every
-  full collection walked them all: ~5 % of the emulator's CPU samples in the same burst. ``gc.freeze``
-  leaves them out of later collections.
+  full collection walked them all. ``gc.freeze`` leaves them out of later collections.
 """
 
 from __future__ import annotations
