@@ -286,6 +286,22 @@ class CoverageConfig(_Model):
     catch_up_max_s: float = Field(
         30.0, ge=0, description="Longest a resume waits for the table to catch up with acknowledged rows."
     )
+    compact_after_s: float = Field(
+        86_400.0,
+        ge=0,
+        description=(
+            "A partition no write recorded for this long is settled: its content digests are packed into "
+            "one row (a resume still checks every range against its input)."
+        ),
+    )
+    retention_days: float | None = Field(
+        400.0,
+        gt=0,
+        description=(
+            "Coverage of a partition no write recorded for this many days is let go; a later resume of it "
+            "reads the table instead (nothing is re-sent, its content is not checked). None keeps it forever."
+        ),
+    )
 
 
 class ReadbackConfig(_Model):

@@ -21,6 +21,14 @@ row per delivered batch, never merged: a resume checks its input against them be
 Schema version 2 added that table; a version 1 file is upgraded in place (the table is only added),
 and its ranges, recorded without digests, are resumed unverified with a warning.
 
+Version 3 keeps the state small as history grows (``coverage/compaction.py``): ``coverage_keys`` holds,
+per key, when this host first took it up (``first_seen_us``, before any row of it was emitted or looked
+up here) and last recorded it (``last_recorded_us``); ``coverage_digest_packs`` holds the content
+digests of a settled key packed into one row (the same digests, a fraction of the rows). ``digests``
+returns packed and loose records alike, so a resume checks its input exactly as before compaction.
+A version 2 file is upgraded in place: both tables are added and every key it holds is taken as
+recorded at the upgrade.
+
 SQLite's locking needs a local filesystem: for an ``s3://`` warehouse the default file lives in the local
 ``zerobus.state_dir`` (see ``ZerobusConfig.state_path``), never on the object store. Each thread gets its
 own connection; a store inherited across ``fork`` opens fresh connections in the child and never touches
@@ -29,26 +37,30 @@ the parent's.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
 from zerobus_orchestration import intervals
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.coverage.digest import RangeDigest
+from zerobus_orchestration.coverage.packs import pack_digests, unpack_digests
 from zerobus_orchestration.coverage.sqlite_wal import enable_wal
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.locations import is_local, local_path
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.tables import TableName
 
-SCHEMA_VERSION = 2
-_UPGRADABLE_VERSIONS = (1,)  # older versions this release upgrades in place (additive changes only)
+SCHEMA_VERSION = 3
+_UPGRADABLE_VERSIONS = (1, 2)  # older versions this release upgrades in place (additive changes only)
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = (
@@ -94,7 +106,47 @@ _SCHEMA = (
     CREATE INDEX IF NOT EXISTS coverage_digests_by_key
         ON coverage_digests (table_catalog, table_schema, table_name, sink, source, partition_key, seq)
     """,
+    # Version 3. Times in microseconds since the epoch (this host's clock). ``first_seen_us``: when a
+    # write of the key first started on this host (NULL for keys a version 2 file held); every row this
+    # host emitted or looked up for the key came after it.
+    """
+    CREATE TABLE IF NOT EXISTS coverage_keys (
+        table_catalog    TEXT NOT NULL,
+        table_schema     TEXT NOT NULL,
+        table_name       TEXT NOT NULL,
+        sink             TEXT NOT NULL,
+        source           TEXT NOT NULL,
+        partition_key    TEXT NOT NULL,
+        first_seen_us    INTEGER,
+        last_recorded_us INTEGER NOT NULL,
+        PRIMARY KEY (table_catalog, table_schema, table_name, sink, source, partition_key)
+    ) WITHOUT ROWID
+    """,
+    # Version 3. A key's settled digests of one algorithm, packed (``coverage/compaction.py`` encodes
+    # ``body``); they are older than every loose ``coverage_digests`` record of the key.
+    """
+    CREATE TABLE IF NOT EXISTS coverage_digest_packs (
+        table_catalog TEXT NOT NULL,
+        table_schema  TEXT NOT NULL,
+        table_name    TEXT NOT NULL,
+        sink          TEXT NOT NULL,
+        source        TEXT NOT NULL,
+        partition_key TEXT NOT NULL,
+        algorithm     TEXT NOT NULL,
+        entries       INTEGER NOT NULL CHECK (entries > 0),
+        body          BLOB NOT NULL,
+        PRIMARY KEY (table_catalog, table_schema, table_name, sink, source, partition_key, algorithm)
+    ) WITHOUT ROWID
+    """,
 )
+# Version 2 -> 3: the keys a file already holds count as recorded at the upgrade (retention starts then).
+_KEYS_OF_AN_UPGRADED_FILE = """
+    INSERT OR IGNORE INTO coverage_keys (table_catalog, table_schema, table_name, sink, source,
+        partition_key, first_seen_us, last_recorded_us)
+    SELECT DISTINCT table_catalog, table_schema, table_name, sink, source, partition_key, NULL, ?
+    FROM coverage_ranges
+"""
+_KEY_TABLES = ("coverage_ranges", "coverage_digests", "coverage_digest_packs", "coverage_keys")
 
 _TABLE_FILTER = "table_catalog = ? AND table_schema = ? AND table_name = ?"
 _KEY_FILTER = f"{_TABLE_FILTER} AND sink = ? AND source = ? AND partition_key = ?"
@@ -162,14 +214,24 @@ class CoverageStore:
             by_key[key].append(span)
         batches = {key: intervals.merge(spans) for key, spans in by_key.items()}
         batches = {key: spans for key, spans in batches.items() if spans}
-        rows = [self._digest_row(digest) for digest in digests]
+        vouched = list(digests)
+        rows = [self._digest_row(digest) for digest in vouched]
         if not batches and not rows:
             return
         conn = self._connection()
+        recorded = {*batches, *(digest.key for digest in vouched)}
+        now = _now_us()
         with _immediate(conn):
             for key, spans in batches.items():
                 for span in spans:
                     self._merge_span(conn, key, span)
+            conn.executemany(
+                "INSERT INTO coverage_keys (table_catalog, table_schema, table_name, sink, source, "
+                "partition_key, first_seen_us, last_recorded_us) VALUES (?, ?, ?, ?, ?, ?, NULL, ?) "
+                "ON CONFLICT DO UPDATE SET "
+                "last_recorded_us = max(last_recorded_us, excluded.last_recorded_us)",
+                [(*self._key_params(key), now) for key in recorded],
+            )
             if rows:
                 conn.executemany(
                     "INSERT INTO coverage_digests (table_catalog, table_schema, table_name, sink, source, "
@@ -221,7 +283,99 @@ class CoverageStore:
             return
         conn = self._connection()
         with _durable(conn), _immediate(conn):
-            for table in ("coverage_ranges", "coverage_digests"):
+            for table in _KEY_TABLES:
+                conn.executemany(f"DELETE FROM {table} WHERE {_KEY_FILTER}", params)
+
+    def touch(self, key: CoverageKey) -> int | None:
+        """Note that a write of ``key`` starts on this host now; returns when the first one did.
+
+        The first start is kept: every row of ``key`` this host emits, and every table look-up of it,
+        comes after it (``first_seen``). None: this host never took ``key`` up before."""
+        conn = self._connection()
+        now = _now_us()
+        with _immediate(conn):
+            before = self._first_seen(conn, key)
+            conn.execute(
+                "INSERT INTO coverage_keys (table_catalog, table_schema, table_name, sink, source, "
+                "partition_key, first_seen_us, last_recorded_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT DO UPDATE SET first_seen_us = coalesce(first_seen_us, excluded.first_seen_us)",
+                (*self._key_params(key), now, now),
+            )
+        return before
+
+    def first_seen(self, key: CoverageKey) -> int | None:
+        """When a write of ``key`` first started on this host (µs since the epoch); None if unknown."""
+        return self._first_seen(self._connection(), key)
+
+    def _first_seen(self, conn: sqlite3.Connection, key: CoverageKey) -> int | None:
+        row = conn.execute(
+            f"SELECT first_seen_us FROM coverage_keys WHERE {_KEY_FILTER}", self._key_params(key)
+        ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def idle_keys(
+        self, *, recorded_before_us: int, limit: int, with_loose_digests: bool = False
+    ) -> tuple[CoverageKey, ...]:
+        """Up to ``limit`` keys last recorded before the given time, oldest first; only those that still
+        have loose (unpacked) digest records with ``with_loose_digests``."""
+        loose = (
+            " AND EXISTS (SELECT 1 FROM coverage_digests d WHERE d.table_catalog = k.table_catalog AND "
+            "d.table_schema = k.table_schema AND d.table_name = k.table_name AND d.sink = k.sink AND "
+            "d.source = k.source AND d.partition_key = k.partition_key)"
+            if with_loose_digests
+            else ""
+        )
+        rows = self._connection().execute(
+            "SELECT k.sink, k.source, k.partition_key FROM coverage_keys k WHERE k.table_catalog = ? AND "
+            f"k.table_schema = ? AND k.table_name = ? AND k.last_recorded_us < ?{loose} "
+            "ORDER BY k.last_recorded_us LIMIT ?",
+            (*self._table_params, recorded_before_us, limit),
+        )
+        return tuple(CoverageKey(sink, source, part) for sink, source, part in rows)
+
+    def repack(
+        self, key: CoverageKey, select: Callable[[tuple[RangeDigest, ...]], Iterable[RangeDigest]]
+    ) -> int:
+        """Replace every digest record of ``key`` (packed and loose) by the packed ``select(records)``,
+        in one transaction; returns how many loose records it took in. A resume then reads the same
+        records ``select`` kept (``digests``)."""
+        conn = self._connection()
+        with _immediate(conn):
+            loose = self._loose_digests(conn, key)
+            if not loose:
+                return 0
+            packed = [
+                d
+                for algorithm, body in conn.execute(
+                    f"SELECT algorithm, body FROM coverage_digest_packs WHERE {_KEY_FILTER}",
+                    self._key_params(key),
+                )
+                for d in unpack_digests(key, algorithm, bytes(body))
+            ]
+            first = 1 - len(packed)
+            every = (*(replace(d, seq=first + i) for i, d in enumerate(packed)), *loose)
+            kept = sorted(select(every), key=lambda d: (d.algorithm, d.span.start))
+            for table in ("coverage_digests", "coverage_digest_packs"):
+                conn.execute(f"DELETE FROM {table} WHERE {_KEY_FILTER}", self._key_params(key))
+            for _, group in itertools.groupby(kept, key=lambda d: d.algorithm):
+                algorithm, entries, body = pack_digests(group)
+                conn.execute(
+                    "INSERT INTO coverage_digest_packs (table_catalog, table_schema, table_name, sink, "
+                    "source, partition_key, algorithm, entries, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*self._key_params(key), algorithm, entries, body),
+                )
+        return len(loose)
+
+    def drop(self, keys: Iterable[CoverageKey]) -> None:
+        """Let go of everything kept for ``keys`` (retention): their rows stay in the table, which a later
+        resume reads instead (``resume/truth.py``). Coverage then lags the table, never leads it, so this
+        commits like a record (``synchronous = NORMAL``), not like ``forget``."""
+        params = [self._key_params(key) for key in keys]
+        if not params:
+            return
+        conn = self._connection()
+        with _immediate(conn):
+            for table in _KEY_TABLES:
                 conn.executemany(f"DELETE FROM {table} WHERE {_KEY_FILTER}", params)
 
     # -- queries ----------------------------------------------------------------------------------
@@ -235,8 +389,23 @@ class CoverageStore:
         return tuple(OffsetRange(start, end) for start, end in rows)
 
     def digests(self, key: CoverageKey) -> tuple[RangeDigest, ...]:
-        """Every content digest recorded for ``key``, oldest first (``seq`` order)."""
-        rows = self._connection().execute(
+        """Every content digest recorded for ``key``, oldest first (``seq`` order).
+
+        Packed digests (``coverage/compaction.py``) come first, with ``seq`` below 1: they are older than
+        every loose record (a pack takes all of a key's loose records at once)."""
+        conn = self._connection()
+        with _snapshot(conn):  # a compaction moving records between the two tables is seen whole
+            packs = conn.execute(
+                f"SELECT algorithm, body FROM coverage_digest_packs WHERE {_KEY_FILTER} ORDER BY algorithm",
+                self._key_params(key),
+            ).fetchall()
+            loose = self._loose_digests(conn, key)
+        packed = [d for algorithm, body in packs for d in unpack_digests(key, algorithm, bytes(body))]
+        first = 1 - len(packed)
+        return (*(replace(d, seq=first + i) for i, d in enumerate(packed)), *loose)
+
+    def _loose_digests(self, conn: sqlite3.Connection, key: CoverageKey) -> tuple[RangeDigest, ...]:
+        rows = conn.execute(
             "SELECT seq, start_offset, end_offset, row_count, runs, algorithm, digest FROM coverage_digests "
             f"WHERE {_KEY_FILTER} ORDER BY seq",
             self._key_params(key),
@@ -368,12 +537,28 @@ def _configure(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
         (version,) = conn.execute("PRAGMA user_version").fetchone()
         if version == 0 or version in _UPGRADABLE_VERSIONS:
             # New file, or an older one: the statements above only added what it lacked.
+            if version in _UPGRADABLE_VERSIONS:
+                conn.execute(_KEYS_OF_AN_UPGRADED_FILE, (_now_us(),))
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         elif version != SCHEMA_VERSION:
             raise ConfigError(
                 f"coverage file has schema version {version}, this release reads {SCHEMA_VERSION}. "
                 "Fix: upgrade zerobus-orchestration, or point zerobus.coverage.location at a new file."
             )
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1_000
+
+
+@contextmanager
+def _snapshot(conn: sqlite3.Connection) -> Iterator[None]:
+    """A read transaction: the enclosed queries see one committed state of the file."""
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
 
 
 def _parse_runs(text: str) -> tuple[OffsetRange, ...]:

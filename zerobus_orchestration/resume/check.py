@@ -16,7 +16,6 @@ earlier releases); one of an unknown algorithm (a later release) is not checked,
 from __future__ import annotations
 
 import bisect
-import itertools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ import pyarrow as pa
 
 from zerobus_orchestration import intervals
 from zerobus_orchestration.coverage.digest import ALGORITHMS, RangeDigest, rows_digest
+from zerobus_orchestration.coverage.packs import latest_records
 from zerobus_orchestration.ranges import OffsetRange
 
 log = logging.getLogger(__name__)
@@ -220,18 +220,7 @@ def _effective(digests: Iterable[RangeDigest], where: str) -> list[RangeDigest]:
             foreign,
             ", ".join(ALGORITHMS),
         )
-    envelopes = sorted((d.span for d in usable), key=lambda span: span.start)
-    if all(a.end <= b.start for a, b in itertools.pairwise(envelopes)):
-        return usable  # the usual case: every batch was delivered once, nothing supersedes anything
-    chosen: list[RangeDigest] = []
-    claimed: tuple[OffsetRange, ...] = ()
-    for digest in sorted(usable, key=lambda d: d.seq, reverse=True):
-        ranges = digest.ranges()
-        if any(intervals.clip(claimed, r.start, r.end) for r in ranges):
-            continue  # re-sent later (resume=False): the later record describes what the input must hold
-        chosen.append(digest)
-        claimed = intervals.union(claimed, ranges)
-    return chosen
+    return latest_records(usable)
 
 
 def _minus(covered: tuple[OffsetRange, ...], vouched: tuple[OffsetRange, ...]) -> tuple[OffsetRange, ...]:

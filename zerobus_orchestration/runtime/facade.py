@@ -34,6 +34,7 @@ from zerobus_orchestration.catalog.plan import ReconcilePlan
 from zerobus_orchestration.catalog.preconditions import Condition, check_primary_raw
 from zerobus_orchestration.config import Role, ZerobusConfig
 from zerobus_orchestration.contracts import ContractDescriptions
+from zerobus_orchestration.coverage import compaction
 from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
@@ -258,6 +259,7 @@ class ZerobusRuntime:
             ordering_key=ordering_key,
         )
         resent_before = sink.pool.rows_possibly_resent  # the pool outlives writes: count this one's only
+        self.coverage(name).touch(sink.key)  # before any row is emitted or looked up (coverage_keys)
         skipped = resent_after_crash = 0
         if resume:
             pieces = self._resumed_pieces(
@@ -277,6 +279,7 @@ class ZerobusRuntime:
             known = schema if schema is not None else _schema_of(data)
             self._create_when_empty(name, known, role, descriptions, tags, source)
         health = sink.health()
+        compaction.run_due(self.coverage(name), self.config.coverage)  # settled partitions packed
         resent = sink.pool.rows_possibly_resent - resent_before
         with self._lock:
             self._rows_resent_after_crash += resent_after_crash

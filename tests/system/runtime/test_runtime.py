@@ -13,12 +13,18 @@ from deltalake import DeltaTable
 from tests.support.runtime_helpers import fast_config
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.coverage.store import CoverageStore
-from zerobus_orchestration.errors import ConfigError, PlanRefusedError, WriteBoundaryError
+from zerobus_orchestration.errors import (
+    ConfigError,
+    PlanRefusedError,
+    ResumeMismatchError,
+    WriteBoundaryError,
+)
 from zerobus_orchestration.reserved import OFFSET, SOURCE
 from zerobus_orchestration.runtime.facade import ZerobusRuntime, source_tag
 from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes, release_runtime
 from zerobus_orchestration.sink import CoverageNotRecordedError
 from zerobus_orchestration.tables import table_uri
+from zerobus_orchestration.testing.settings import embedded_test_config
 from zerobus_orchestration.transport.memory import MemoryTransport
 
 TABLE = "main.raw.orders"
@@ -262,3 +268,28 @@ def test_a_source_that_would_read_as_a_partition_is_refused(runtime: ZerobusRunt
     with pytest.raises(ConfigError, match=r"source 'orders\[2026-11-29\]' contains '\['.*fix: rename"):
         runtime.write(TABLE, orders(3), source="orders[2026-11-29]")
     assert runtime.catalog.describe(TABLE) is None  # refused before anything was created or sent
+
+
+def test_a_settled_partition_is_packed_after_a_write_and_still_resumes_verified(tmp_path: Path) -> None:
+    """``compact_after_s = 0``: the write packs its own partition once durable; a retry with the same
+    input skips it all, one whose rows changed is refused before anything is sent."""
+    config = embedded_test_config(tmp_path / "wh", coverage={"compact_after_s": 0})
+    runtime = acquire_runtime(config)
+    try:
+        data = orders(3_000)
+        runtime.write(TABLE, data.to_reader(max_chunksize=500), source="orders", partition="2026-01-01")
+        conn = sqlite3.connect(runtime.coverage(TABLE).path)
+        loose, packs = (
+            conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("coverage_digests", "coverage_digest_packs")
+        )
+        conn.close()
+        assert (loose, packs) == (0, 1)
+        retry = runtime.write(TABLE, data, source="orders", partition="2026-01-01")
+        assert (retry.rows_written, retry.rows_skipped) == (0, 3_000)
+        changed = data.set_column(2, "amount", pa.array([1.0] * 3_000, pa.float64()))
+        with pytest.raises(ResumeMismatchError, match=r"\[0, 500\)"):
+            runtime.write(TABLE, changed, source="orders", partition="2026-01-01")
+        assert delta_rows(runtime).num_rows == 3_000
+    finally:
+        close_all_runtimes()
