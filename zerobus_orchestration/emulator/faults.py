@@ -18,11 +18,12 @@ Kinds, each counted from the stream's accepted batches (``after_batches``):
 * ``withhold_acks``: batches after N are written durably but never acknowledged on this stream.
 * ``delay_acks``: acknowledgements after batch N are sent ``delay_s`` late (each one: they are not
   coalesced while the fault lasts), after the batch is durable.
-* ``delay_durability``: batches after N are written to the write-ahead log but made durable (fsync'd),
-  and so acknowledged, only ``delay_s`` later, each one: the window in which a batch is submitted and
-  not durable, which is where a client that advanced on submit instead of on the ack would lead the
-  table. The log is one per table with one group commit, so another stream of the same table can make
-  the batches durable sooner; aim it at a table with one stream.
+* ``delay_durability``: a batch after N that is written to the write-ahead log and not yet durable is
+  made durable (fsync'd), and so acknowledged, only ``delay_s`` later: the window in which a batch is
+  submitted and not durable, which is where a client that advanced on submit instead of on the ack
+  would lead the table. One group commit then covers every batch written meanwhile (those are not held
+  again), and another stream of the same table can make the batches durable sooner: aim it at a table
+  with one stream.
 * ``crash``: batch N+1 is written and fsync'd, then the process exits (``os._exit``) before acking.
 * ``reject_open``: the stream is refused at open with ``status`` (e.g. ``RESOURCE_EXHAUSTED``).
 

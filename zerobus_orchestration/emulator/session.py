@@ -215,8 +215,13 @@ class StreamSession:
                         break
                     newest = nxt
                     rotate = nxt.rotate_grace_ms if nxt.rotate_grace_ms is not None else rotate
-                if undurable is not None and newest.batch_no > undurable.after_batches:
-                    durable = self.state.wal.durable_seq  # the record shows the batch was not durable
+                durable = self.state.wal.durable_seq
+                if (
+                    undurable is not None
+                    and newest.batch_no > undurable.after_batches
+                    and durable < newest.seq
+                ):
+                    # Only while the batch is not durable yet (a group commit may already have covered it).
                     self._record(
                         undurable,
                         f"held batch {newest.batch_no} (WAL position {newest.seq}, durable through "
