@@ -22,7 +22,7 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(LOOPBACK_ENV) $(BIN)/zerobus-orch demo $(DEMO_ARGS)
 
-lint: $(STAMP)
+lint: $(STAMP) docs-check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check --quiet $(PY_DIRS)
 	$(BIN)/lint-imports --no-logo  # the layering contracts in .importlinter
@@ -33,11 +33,11 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(LOOPBACK_ENV) $(BIN)/pytest $(PYTEST_ARGS)
 
-test: lint typecheck docs-check pytest
+test: lint typecheck pytest
 
 # The site (mkdocs.yml) into .site/: --strict fails on a broken link or anchor, README.md included. The
 # generated parts of docs/ (settings from config.py's field descriptions, the CLI from its parser, the
-# public API from docs/public-api.txt) are rewritten by `docs` and checked by `docs-check` (make test).
+# public API from docs/public-api.txt) are rewritten by `docs` and checked by `docs-check` (part of lint).
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 docs: $(STAMP)
 	$(BIN)/python tools/docs_reference.py

@@ -9,7 +9,7 @@ Naming follows Dagster's DB IO managers so users keep one mental model:
 
 ``zerobus/table`` may also be a full three-part name, which then wins over everything else.
 
-Coverage keys (README, "Coverage and resume"): ``source`` is the asset key joined by ``/``; ``partition``
+Coverage keys (docs/guides/coverage-and-resume.md): ``source`` is the asset key joined by ``/``; ``partition``
 is ``"<partition key or ''>@<run id>"``, so every run appends its own coverage and a retried step of the
 same run resumes where the previous attempt stopped. The run id is the run group's *root* run id: a
 re-execution (from failure, of all steps, or an automatic run retry) gets a new run id but shares the

@@ -225,7 +225,7 @@ PACKAGE_INTROS = {
     "the read-back report and status, and the errors a caller branches on.",
     "zerobus_orchestration.sink": "The sink's face, for code that drives a stream pool itself.",
     "dagster_defs": "The Dagster adapter. Its classes are Dagster configurable objects: their names and "
-    "bases are recorded here, their fields in the Dagster guide.",
+    "bases are recorded here, their fields in [the Dagster guide](guides/dagster.md).",
 }
 
 

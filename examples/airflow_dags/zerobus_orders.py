@@ -2,7 +2,7 @@
 
 Runs against the ``zerobus_default`` connection. With no Host (or ``"embedded": true`` in its extra) the
 tasks start the local emulator on the connection's ``warehouse`` folder, so the whole DAG runs on a
-laptop; point the connection at a Zerobus endpoint and a workspace for Databricks (README, "Airflow").
+laptop; point the connection at a Zerobus endpoint and a workspace for Databricks (docs/guides/airflow.md).
 
     export AIRFLOW_CONN_ZEROBUS_DEFAULT='{"conn_type": "zerobus",
         "extra": {"embedded": true, "warehouse": "/tmp/zerobus-warehouse"}}'

@@ -168,7 +168,7 @@ def serve(
     """Run the local Zerobus emulator in the foreground; print endpoint, token URL and Iceberg REST URL.
 
     Its workspace URL is also a local cloud (OIDC, Unity Catalog, SQL statements) for the production
-    configuration; see "Rehearse production locally" in the README.
+    configuration; see "Rehearse production locally" in docs/guides/emulator.md.
     """
     from zerobus_orchestration.runtime.embedded import build_credentials, require_emulator
 
@@ -219,7 +219,7 @@ def ingest(
         typer.Option(
             "--mode",
             help="append (default) or replace: once this write's rows are visible, delete the earlier runs' "
-            "rows of the same partition (derived tables only; see the README's write modes).",
+            "rows of the same partition (derived tables only; see docs/guides/write-modes.md).",
         ),
     ] = "append",
     replace_key: Annotated[

@@ -12,11 +12,12 @@
 
 **How far an earlier attempt got.** A killed attempt's last rows can reach the table after the resume
 read it (a shared emulator or Zerobus still committing them): neither the cache nor the table shows
-them, so the resume sends them again. To count those rows (``rows_resent``, the README's promise that
-the count never under-counts), each piece's end is recorded in ``resume_marks.sqlite`` next to the
-coverage cache *before* the piece is handed to the sink, and the next resume counts every row it sends
-below that mark. One small SQLite commit per piece (WAL, ``synchronous=NORMAL``: it survives a killed
-process); a worker on another host has no mark and counts from the cache and the table only.
+them, so the resume sends them again. To count those rows (``rows_resent``, which
+docs/guides/coverage-and-resume.md promises never under-counts), each piece's end is recorded in
+``resume_marks.sqlite`` next to the coverage cache *before* the piece is handed to the sink, and the next
+resume counts every row it sends below that mark. One small SQLite commit per piece (WAL,
+``synchronous=NORMAL``: it survives a killed process); a worker on another host has no mark and counts
+from the cache and the table only.
 
 A slice pins its whole input batch, so every layer lets go of its batch or slice before it asks the
 layer below for the next: client memory over a streamed input stays one input batch plus what is in

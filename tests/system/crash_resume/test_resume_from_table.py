@@ -170,8 +170,8 @@ def test_another_state_dir_resumes_from_the_table(tmp_path: Path, shared_emulato
 
 def test_rows_resent_after_crash_counts_every_duplicate_the_resume_sends(tmp_path: Path) -> None:
     """Rows the killed writer sent that neither the cache nor the resume's read of the table showed are
-    sent again: the count must hold them (README: it never under-counts), not only those below the
-    highest position the cache or the table knew.
+    sent again: the count must hold them (docs/guides/coverage-and-resume.md: it never under-counts), not
+    only those below the highest position the cache or the table knew.
 
     The table is not consulted here (``consult_table = false``), the deterministic stand-in for a table
     read that missed rows still on their way (a shared emulator committing them after the catch-up).
