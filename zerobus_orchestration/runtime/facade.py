@@ -1,6 +1,6 @@
 """The process-scoped runtime: everything a Dagster asset or an Airflow task needs, behind one object.
 
-``ZerobusRuntime`` is one config's write path; ``runtime_registry.acquire_runtime(config)`` returns
+``ZerobusRuntime`` is one config's write path; ``registry.acquire_runtime(config)`` returns
 the runtime of this process for that config (the documented per-process registry, keyed by pid and
 config hash, refcounted). It owns:
 
