@@ -12,6 +12,8 @@ The mapping keeps the decisions the adapters made before it moved here:
 - network failures, timeouts and package errors that are ``retriable`` (transient, poisoned stream,
   concurrency rejected): ``UNAVAILABLE``;
 - no delivered coverage: ``NOTHING_TO_VERIFY``;
+- a scan that ran: ``VERIFIED``, ``LOST`` (missing from a snapshot of the settled version),
+  ``INCOMPLETE`` (missing, maybe still committing) or ``DUPLICATED`` (all there, some twice);
 - everything else (configuration, credentials, reserved columns absent, bugs): ``FAILED``, at once.
 """
 
@@ -79,19 +81,46 @@ def outcome_of_error(exc: BaseException, table: str) -> ReadbackOutcome:
 
 
 def outcome_of_report(report: ReadbackReport) -> ReadbackOutcome:
-    """A scan that ran: verified, or covered rows missing (``INCOMPLETE``: they may still be committing)."""
+    """A scan that ran: verified; delivered rows lost (missing from the settled snapshot); missing, so
+    maybe still committing (``INCOMPLETE``); or all there but some twice (``DUPLICATED``)."""
     data = report.as_dict()
+    table = report.table
     if report.verified:
-        message = f"{report.table}: read-back verified"
-        return ReadbackOutcome(ReadbackStatus.VERIFIED, report.table, message, data)
-    missing = data["missing_rows"]
-    return ReadbackOutcome(
-        ReadbackStatus.INCOMPLETE,
-        report.table,
-        f"{report.table}: delivered rows not all visible through Iceberg yet "
-        f"({len(report.missing_ranges)} missing range(s), {missing} row(s))",
-        data,
-    )
+        return ReadbackOutcome(ReadbackStatus.VERIFIED, table, f"{table}: read-back verified", data)
+    if report.lost_ranges:
+        first = report.lost_ranges[0]
+        return ReadbackOutcome(
+            ReadbackStatus.LOST,
+            table,
+            f"{table}: {data['lost_rows']} delivered row(s) in {len(report.lost_ranges)} range(s) are LOST: "
+            f"missing from the Iceberg snapshot of Delta version {report.iceberg_delta_version}, which "
+            f"reflects Delta version {report.settled_version} that held every delivered row (deleted, or "
+            f"never committed), so no later snapshot brings them; first: source {first.key.source!r} "
+            f"positions {first.span.start}..{first.span.end - 1}; re-run the write to resume them",
+            data,
+        )
+    if report.missing_ranges:
+        return ReadbackOutcome(
+            ReadbackStatus.INCOMPLETE,
+            table,
+            f"{table}: delivered rows not all visible through Iceberg yet "
+            f"({len(report.missing_ranges)} missing range(s), {data['missing_rows']} row(s))",
+            data,
+        )
+    if report.duplicate_count:
+        sample = ", ".join(f"{r.source}@{r.offset} x{r.count}" for r in report.duplicate_sample[:3])
+        # A tag is ``source[partition]`` (``write_modes.source_tag``); a source never holds ``[``.
+        sources = sorted({r.source.split("[", 1)[0] for r in report.duplicate_sample})
+        return ReadbackOutcome(
+            ReadbackStatus.DUPLICATED,
+            table,
+            f"{table}: every delivered row is there, but {report.duplicate_count} row(s) more than once "
+            f"(at-least-once re-sends; e.g. {sample}); remove the extra copies with "
+            f"zerobus-orch repair --dedupe --table {table}"
+            + (f" --source {sources[0]!r}" if len(sources) == 1 else ""),
+            data,
+        )
+    return ReadbackOutcome(ReadbackStatus.INCOMPLETE, table, f"{table}: read-back not verified", data)
 
 
 def judge_once(
@@ -104,6 +133,7 @@ def judge_once(
     policy: WaitPolicy = DEFAULT_WAIT,
     partition_column: str | None = None,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
+    settled_version: int | None = None,
 ) -> ReadbackOutcome:
     """One non-blocking attempt at ``verify_coverage``, judged; never raises for a read-back failure.
 
@@ -127,6 +157,7 @@ def judge_once(
             policy=once,
             partition_column=partition_column,
             sample_size=sample_size,
+            settled_version=settled_version,
         )
     except Exception as exc:  # judged, not swallowed: the outcome carries the type and the message
         return outcome_of_error(exc, table)

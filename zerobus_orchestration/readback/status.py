@@ -7,6 +7,12 @@ One attempt at verifying coverage against the table ends in exactly one ``Readba
 - ``INCOMPLETE``: the snapshot is visible but covered rows are missing from it. Zerobus commits
   acknowledged rows asynchronously, so they may still be on their way: wait until the caller's deadline,
   then report the gap (the outcome carries the report with the missing ranges).
+- ``LOST``: covered rows are missing from a snapshot that reflects a Delta version known to hold every
+  delivered row (the settled version: embedded, the emulator committed all it acknowledged). No later
+  snapshot brings them back: they were deleted, or never committed. Alert; re-run the write to resume.
+- ``DUPLICATED``: every covered row is there, some more than once (at-least-once re-sends after a
+  reconnect or a crash). Not verified: the report carries the count and a sample;
+  ``zerobus-orch repair --dedupe`` removes the extra copies (docs/runbook.md).
 - ``UNAVAILABLE``: the read failed in a way a retry can fix (network, timeout, service busy). Wait.
 - ``VERIFIED``: every covered range is in the table.
 - ``NOTHING_TO_VERIFY``: no delivered coverage for the key. Waiting cannot create coverage; only the
@@ -32,6 +38,8 @@ class ReadbackStatus(StrEnum):
     VERIFIED = "verified"
     NOTHING_TO_VERIFY = "nothing_to_verify"
     FAILED = "failed"
+    LOST = "lost"
+    DUPLICATED = "duplicated"
 
     @property
     def is_terminal(self) -> bool:
@@ -44,7 +52,15 @@ class ReadbackStatus(StrEnum):
         return self is ReadbackStatus.VERIFIED
 
 
-_TERMINAL = frozenset({ReadbackStatus.VERIFIED, ReadbackStatus.NOTHING_TO_VERIFY, ReadbackStatus.FAILED})
+_TERMINAL = frozenset(
+    {
+        ReadbackStatus.VERIFIED,
+        ReadbackStatus.NOTHING_TO_VERIFY,
+        ReadbackStatus.FAILED,
+        ReadbackStatus.LOST,
+        ReadbackStatus.DUPLICATED,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -85,8 +101,25 @@ class ReadbackOutcome:
         return sum(int(m["end"]) - int(m["start"]) for m in self.missing_ranges)
 
     @property
+    def lost_ranges(self) -> list[dict[str, Any]]:
+        """Missing ranges judged lost (``LOST``): the settled snapshot lacks them."""
+        ranges = (self.report or {}).get("lost_ranges")
+        return list(ranges) if isinstance(ranges, list) else []
+
+    @property
+    def lost_rows(self) -> int:
+        return sum(int(m["end"]) - int(m["start"]) for m in self.lost_ranges)
+
+    @property
     def duplicate_count(self) -> int:
+        """Extra copies of delivered rows in the table (0 when every row is there once)."""
         return int((self.report or {}).get("duplicate_count") or 0)
+
+    @property
+    def duplicate_sample(self) -> list[dict[str, Any]]:
+        """Some duplicated rows (``source``, ``partition``, ``offset``, ``count``)."""
+        sample = (self.report or {}).get("duplicate_sample")
+        return list(sample) if isinstance(sample, list) else []
 
     def to_json(self) -> dict[str, Any]:
         return {

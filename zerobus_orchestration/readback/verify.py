@@ -42,8 +42,10 @@ from zerobus_orchestration.tables import TableName
 
 @dataclass(frozen=True)
 class ReadbackReport:
-    """What read-back found. ``verified`` means every covered range is present in the Iceberg scan;
-    duplicates (at-least-once re-sends) and rows outside coverage are reported but do not fail it."""
+    """What read-back found. ``verified`` means every covered range is present in the Iceberg scan, each
+    row once; duplicates (at-least-once re-sends) fail it, rows outside coverage are only reported.
+    ``lost_ranges``: the missing ranges when the scanned snapshot reflects ``settled_version`` (a Delta
+    version known to hold every delivered row), so no later snapshot can bring them."""
 
     table: str
     delta_version_expected: int
@@ -57,6 +59,8 @@ class ReadbackReport:
     rows_outside_coverage: int
     outside_sample: tuple[RowRef, ...]
     verified: bool
+    settled_version: int | None = None
+    lost_ranges: tuple[MissingRange, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (Dagster metadata, Airflow XCom, CLI output)."""
@@ -67,23 +71,28 @@ class ReadbackReport:
             "snapshot_id": self.snapshot_id,
             "waited_s": round(self.waited_s, 3),
             "rows_scanned": self.rows_scanned,
-            "missing_ranges": [
-                {
-                    "sink": m.key.sink,
-                    "source": m.key.source,
-                    "partition": m.key.partition,
-                    "start": m.span.start,
-                    "end": m.span.end,
-                }
-                for m in self.missing_ranges
-            ],
+            "missing_ranges": [_range_dict(m) for m in self.missing_ranges],
             "missing_rows": sum(len(m.span) for m in self.missing_ranges),
+            "settled_version": self.settled_version,
+            "lost_ranges": [_range_dict(m) for m in self.lost_ranges],
+            "lost_rows": sum(len(m.span) for m in self.lost_ranges),
             "duplicate_count": self.duplicate_count,
             "duplicate_sample": [_row_dict(r) for r in self.duplicate_sample],
             "rows_outside_coverage": self.rows_outside_coverage,
             "outside_sample": [_row_dict(r) for r in self.outside_sample],
             "verified": self.verified,
         }
+
+
+def _range_dict(missing: MissingRange) -> dict[str, Any]:
+    key, span = missing.key, missing.span
+    return {
+        "sink": key.sink,
+        "source": key.source,
+        "partition": key.partition,
+        "start": span.start,
+        "end": span.end,
+    }
 
 
 def _row_dict(row: RowRef) -> dict[str, Any]:
@@ -101,12 +110,16 @@ def verify_coverage(
     policy: WaitPolicy = DEFAULT_WAIT,
     partition_column: str | None = None,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
+    settled_version: int | None = None,
 ) -> ReadbackReport:
     """Wait until Iceberg reflects ``delta_version`` (or force it), scan, and check ``coverage``.
 
     ``coverage`` maps each key to its delivered ranges (``CoverageStore`` output). ``probe`` defaults
     to the snapshot-summary probe over the same endpoint; pass a ``CallableProbe`` over UC's
     ``converted_delta_version`` in production. Raises ``ReadbackTimeoutError`` at the deadline.
+    ``settled_version``: a Delta version known to hold every delivered row; a row missing from a snapshot
+    that reflects it is lost (reported at once in ``lost_ranges``), not late. ``None`` (production: Zerobus
+    commits asynchronously) looks again at newer snapshots until the deadline.
     """
     name = TableName.parse(table)
     start = time.monotonic()
@@ -121,7 +134,7 @@ def verify_coverage(
         rows = _scan_sources(loaded, table, coverage, partition_column)
         check = check_coverage(rows, coverage, partition_column=partition_column, sample_size=sample_size)
         looks.append((loaded, rows, check))
-        return True if not check.missing else None
+        return True if not check.missing or _settled(loaded, settled_version) else None
 
     # In production ``delta_version`` is only a lower bound (Zerobus commits acknowledged rows
     # asynchronously, P95 time to table ~30 s), so rows may still be on their way into a later
@@ -130,6 +143,11 @@ def verify_coverage(
     loaded, rows, check = looks[-1]
     snapshot = loaded.current_snapshot()
     seen = summary_delta_version(loaded)
+    # A production probe (UC's converted_delta_version) may reflect the settled version while the
+    # snapshot summary carries no Delta version: the wait above already established the probe's.
+    settled = _settled(loaded, settled_version) or (
+        seen is None and settled_version is not None and visible.delta_version >= settled_version
+    )
     return ReadbackReport(
         table=name.full_name,
         delta_version_expected=delta_version,
@@ -142,8 +160,18 @@ def verify_coverage(
         duplicate_sample=check.duplicate_sample,
         rows_outside_coverage=check.rows_outside_coverage,
         outside_sample=check.outside_sample,
-        verified=not check.missing,
+        verified=not check.missing and not check.duplicate_count,
+        settled_version=settled_version,
+        lost_ranges=check.missing if settled else (),
     )
+
+
+def _settled(loaded: IcebergTable, settled_version: int | None) -> bool:
+    """The snapshot reflects a Delta version that holds every delivered row."""
+    if settled_version is None:
+        return False
+    seen = summary_delta_version(loaded)
+    return seen is not None and seen >= settled_version
 
 
 def _scan_sources(

@@ -223,9 +223,9 @@ class ReadbackService:
         ``ranges``: the write's own record of what it delivered (see ``expected``). ``replaces``: the
         write was a ``replace`` of this logical partition; other runs of it still in the table are
         duplicates, so the attempt is ``INCOMPLETE`` until the replace has deleted them. The status says what
-        to do: wait (``NOT_VISIBLE_YET``, ``INCOMPLETE``, ``UNAVAILABLE``), or stop (``VERIFIED``,
-        ``FAILED``, ``NOTHING_TO_VERIFY``: the caller decides whether no coverage is an empty write or a
-        wrong table/source/partition).
+        to do: wait (``NOT_VISIBLE_YET``, ``INCOMPLETE``, ``UNAVAILABLE``), or stop (``VERIFIED``;
+        ``LOST`` and ``DUPLICATED``, to alert on; ``FAILED``; ``NOTHING_TO_VERIFY``: the caller decides
+        whether no coverage is an empty write or a wrong table/source/partition).
         """
         from zerobus_orchestration.readback.judge import judge_once, outcome_of_error
         from zerobus_orchestration.readback.visibility import WaitPolicy
@@ -245,6 +245,7 @@ class ReadbackService:
             delta_version=expected_version if expected_version is not None else 0,
             probe=probe,
             policy=WaitPolicy.from_config(self.config.readback),
+            settled_version=self._settled(expected_version),
         )
         judged = _with_expected(outcome, expected)
         if replaces is None or source is None or judged.status is not ReadbackStatus.VERIFIED:
@@ -286,6 +287,7 @@ class ReadbackService:
                 delta_version=expected_version if expected_version is not None else 0,
                 policy=self._policy(wait_s),
                 force=self.config.readback.force_metadata if force is None else force,
+                settled_version=self._settled(expected_version),
             )
         except Exception as exc:  # judged, not swallowed: the outcome carries the type and the message
             if raise_errors and not isinstance(exc, ReadbackTimeoutError):
@@ -351,6 +353,16 @@ class ReadbackService:
 
                 self._own_emulator = embedded.readback_emulator(self.config)
             return self._own_emulator
+
+    def _settled(self, version: int | None) -> int | None:
+        """The Delta version known to hold every delivered row, if one is known.
+
+        Embedded: ``delta_version`` had the emulator commit everything it acknowledged, so ``version``
+        holds every row any write delivered; a row missing once Iceberg reflects it is lost, not late.
+        Production: Zerobus commits acknowledged rows asynchronously and says nothing of when, so no
+        version is known to be settled and missing rows stay ``INCOMPLETE`` until the caller's deadline.
+        """
+        return version if version is not None and self._emulator() is not None else None
 
     def _service_principal(self) -> DatabricksOAuthHeader:
         from zerobus_orchestration.readback.auth import DatabricksOAuthHeader
@@ -446,7 +458,7 @@ def _with_expected(outcome: ReadbackOutcome, expected: Expected) -> ReadbackOutc
     report["missing_rows"] = int(report.get("missing_rows", 0)) + rows
     report["verified"] = False
     status = outcome.status
-    if status is ReadbackStatus.VERIFIED:
+    if status in (ReadbackStatus.VERIFIED, ReadbackStatus.DUPLICATED):
         status = ReadbackStatus.INCOMPLETE
     message = (
         f"{outcome.table}: {rows} position(s) in {len(not_durable)} range(s) are not in the table's Delta "

@@ -84,9 +84,14 @@ def test_duplicates_in_the_table_are_counted_not_hidden(
 
     outcome = service.verify(TABLE, source="orders", partition="dup", wait_s=30)
 
-    assert outcome.status is ReadbackStatus.VERIFIED, outcome.message
-    assert outcome.duplicate_count == 40
-    assert (outcome.report or {})["rows_scanned"] == 80
+    # Every delivered row is there, but twice: not verified (the old verdict passed it), with the count,
+    # a sample and the repair that removes the extra copies.
+    assert outcome.status is ReadbackStatus.DUPLICATED, outcome.message
+    assert outcome.is_terminal and not outcome.verified
+    assert outcome.duplicate_count == 40 and outcome.rows_scanned == 80
+    assert [(d["offset"], d["count"]) for d in outcome.duplicate_sample[:2]] == [(0, 2), (1, 2)]
+    assert "40 row(s) more than once" in outcome.message
+    assert f"zerobus-orch repair --dedupe --table {TABLE} --source 'orders'" in outcome.message
 
 
 def test_positions_missing_from_delta_itself_are_reported_not_durable(
@@ -120,10 +125,12 @@ def test_the_write_record_is_what_gets_verified(config: ZerobusConfig, service: 
     assert exact.status is ReadbackStatus.VERIFIED, exact.message
     assert (exact.report or {})["expected_from"] == ExpectedFrom.RECORD.value
 
-    # A record claiming 5 rows the table does not hold: the record decides, not the table.
+    # A record claiming 5 rows the table does not hold: the record decides, not the table. The emulator
+    # committed everything it acknowledged and Iceberg shows that version: the 5 rows are lost, not late.
     claimed = service.verify_once(TABLE, source="orders", partition="rec", ranges=[OffsetRange(0, 30)])
-    assert claimed.status is ReadbackStatus.INCOMPLETE
+    assert claimed.status is ReadbackStatus.LOST, claimed.message
     assert [(m["start"], m["end"]) for m in claimed.missing_ranges] == [(25, 30)]
+    assert [(m["start"], m["end"]) for m in claimed.lost_ranges] == [(25, 30)] and claimed.lost_rows == 5
 
     empty = service.verify_once(TABLE, source="orders", partition="rec", ranges=[])
     assert empty.status is ReadbackStatus.NOTHING_TO_VERIFY

@@ -321,11 +321,10 @@ def test_trigger_waits_out_the_iceberg_lag_then_succeeds(hook: ZerobusHook, firs
     json.dumps(payload)
 
 
-def test_trigger_keeps_waiting_for_covered_rows_then_times_out_with_the_gap(
-    hook: ZerobusHook, first_event: FirstEvent
-) -> None:
-    """Covered rows Iceberg does not show may still be committing (Zerobus commits asynchronously): the
-    trigger keeps polling, and at its deadline reports a timeout that carries the missing ranges."""
+def test_trigger_ends_at_once_with_the_lost_rows(hook: ZerobusHook, first_event: FirstEvent) -> None:
+    """Covered rows missing from a snapshot that reflects everything the emulator acknowledged are lost,
+    not late: the trigger stops polling on the first snapshot that shows it and reports an error event
+    carrying the lost ranges (the old trigger polled until its deadline, then reported a timeout)."""
     table, source, partition = "main.raw.gap_orders", "gap/ingest", "manual__gap/-1"
     hook.write(table, _orders(0, 12), source=source, partition=partition)
     runtime = hook.get_conn()
@@ -333,18 +332,18 @@ def test_trigger_keeps_waiting_for_covered_rows_then_times_out_with_the_gap(
     runtime.coverage(table).record(key, OffsetRange(12, 20))  # claimed, never delivered
     trigger = ZerobusReadbackTrigger(
         table=table,
-        end_time=time.time() + 2.5,  # Iceberg shows rows 0-12 after ~0.6 s: several polls see the gap
+        end_time=time.time() + 120,
         source=source,
         partition=partition,
         poll_interval=0.1,
         max_poll_interval=0.3,
     )
     payload = first_event(trigger)
-    assert payload["status"] == "timeout", payload
-    assert payload["polls"] >= 2 and "last attempt" in payload["message"]
-    assert "not all visible" in payload["message"]
-    missing = payload["report"]["missing_ranges"]
-    assert [(m["start"], m["end"]) for m in missing] == [(12, 20)]
+    assert payload["status"] == "error", payload
+    assert payload["outcome"]["status"] == "lost" and "LOST" in payload["message"]
+    assert payload["waited_s"] < 60  # the first snapshot that shows the write decides, not the deadline
+    lost = payload["report"]["lost_ranges"]
+    assert [(m["start"], m["end"]) for m in lost] == [(12, 20)]
     json.dumps(payload)
 
 

@@ -184,9 +184,10 @@ def test_readback_check_in_a_job_waits_for_iceberg_and_passes(tmp_path: Path) ->
     assert sensor.asset_selection is not None
 
 
-def test_covered_rows_not_visible_wait_until_max_lag_then_fail_the_check(tmp_path: Path) -> None:
-    """Zerobus commits acknowledged rows asynchronously: delivered rows missing from the snapshot are
-    waited for (cursor unchanged, no recovery) until ``max_lag_s``, then judged as a failed check.
+def test_delivered_rows_missing_from_the_settled_snapshot_fail_the_check_at_once(tmp_path: Path) -> None:
+    """Delivered rows missing from a snapshot that reflects everything the emulator acknowledged are
+    lost, not late: the check fails on the first tick, even with a ``max_lag_s`` of ten minutes (the
+    old sensor waited it out), with no recovery run.
 
     What was delivered is the materialisation's own record (its ``zerobus/*`` offsets), not a coverage
     file of the verifying host: a record claiming 10 rows beyond the 300 written stands for them."""
@@ -207,16 +208,13 @@ def test_covered_rows_not_visible_wait_until_max_lag_then_fail_the_check(tmp_pat
     cursor = start.dumps()
 
     patient = build_readback_sensor([CLICKS_KEY], check_name="iceberg_readback", max_lag_s=600)
-    waiting = _tick(patient, instance, zerobus, cursor)
-    assert isinstance(waiting, dg.SkipReason), "missing rows may still be committing: wait"
-    assert "10 delivered row(s)" in (waiting.skip_message or "")
-
-    impatient = build_readback_sensor([CLICKS_KEY], check_name="iceberg_readback", max_lag_s=0.0)
-    judged = _tick(impatient, instance, zerobus, cursor)
+    judged = _tick(patient, instance, zerobus, cursor)
     assert isinstance(judged, dg.SensorResult) and not judged.run_requests
     observation, evaluation = judged.asset_events
     assert isinstance(evaluation, dg.AssetCheckEvaluation) and not evaluation.passed
+    assert "LOST" in (evaluation.description or "") and "300..309" in (evaluation.description or "")
     meta = {k: v.value for k, v in observation.metadata.items()}
     assert meta["readback/verified"] is False and meta["readback/missing_rows"] == 10
+    assert meta["readback/lost_rows"] == 10
     record = instance.fetch_materializations(CLICKS_KEY, limit=1).records[0]
     assert ReadbackCursor.parse(judged.cursor).of("raw/clicks").verified == record.storage_id

@@ -30,6 +30,8 @@ REPORT = {
         (ReadbackStatus.VERIFIED, True, True),
         (ReadbackStatus.NOTHING_TO_VERIFY, True, False),
         (ReadbackStatus.FAILED, True, False),
+        (ReadbackStatus.LOST, True, False),
+        (ReadbackStatus.DUPLICATED, True, False),
     ],
 )
 def test_terminal_and_successful(status: ReadbackStatus, terminal: bool, successful: bool) -> None:
@@ -39,7 +41,7 @@ def test_terminal_and_successful(status: ReadbackStatus, terminal: bool, success
 
 
 def test_every_status_is_covered_by_the_table_above() -> None:
-    assert len(ReadbackStatus) == 6
+    assert len(ReadbackStatus) == 8
 
 
 @pytest.mark.parametrize("report", [None, REPORT])
