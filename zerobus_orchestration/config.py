@@ -473,7 +473,8 @@ class ZerobusConfig(_Model):
     storage_options: dict[str, SecretStr] = Field(
         default_factory=dict,
         description="Object store options of an s3:// warehouse, as deltalake takes them (AWS_REGION, "
-        "AWS_ENDPOINT_URL, keys); all masked. Environment: ZEROBUS_STORAGE_OPTIONS__AWS_REGION=...",
+        "AWS_ENDPOINT_URL, keys); all masked. Keys are case-insensitive and kept upper-case. "
+        "Environment: ZEROBUS_STORAGE_OPTIONS__AWS_REGION=...",
     )
     state_dir: str | None = Field(
         None,
@@ -493,6 +494,20 @@ class ZerobusConfig(_Model):
     readback: ReadbackConfig = ReadbackConfig()
     emulator: EmulatorConfig = EmulatorConfig()
     credential_vending: CredentialVendingConfig = CredentialVendingConfig()
+
+    @field_validator("storage_options")
+    @classmethod
+    def _storage_keys_upper_case(cls, options: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        # object_store reads its keys case-insensitively, but ours are compared as written (the S3
+        # defaults, the pyiceberg translation): an environment variable arrives lower-cased
+        # (aws_region), and a default AWS_REGION beside it would win. One spelling per key.
+        canonical: dict[str, SecretStr] = {}
+        for key, value in options.items():
+            upper = key.upper()
+            if upper in canonical:
+                raise ValueError(f"storage_options: {key!r} is given twice (keys ignore case); keep one")
+            canonical[upper] = value
+        return canonical
 
     @model_validator(mode="after")
     def _urls_are_urls(self) -> ZerobusConfig:

@@ -145,3 +145,29 @@ def test_short_lived_credentials_are_re_vended_every_time_and_dead_ones_refused(
     dead = CredentialCache(ScriptedVendor(now, ttl=timedelta(seconds=-1)), clock=lambda: now[0])
     with pytest.raises(CatalogError, match="before they could be used"):
         dead.get("c.s.t", Access.READ)
+
+
+def test_storage_options_from_the_environment_keep_one_spelling_per_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Environment variables arrive lower-cased: they must still set the region and the http endpoint."""
+    from zerobus_orchestration.config import load_config
+
+    monkeypatch.setenv("ZEROBUS_WAREHOUSE", "s3://lake/wh")
+    monkeypatch.setenv("ZEROBUS_STORAGE_OPTIONS__AWS_REGION", "eu-west-1")
+    monkeypatch.setenv("ZEROBUS_STORAGE_OPTIONS__AWS_ENDPOINT_URL", "http://127.0.0.1:5000")
+    options = config_storage_options(load_config())
+    assert options == {
+        "AWS_REGION": "eu-west-1",  # not the default us-east-1 beside an aws_region
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:5000",
+        "AWS_ALLOW_HTTP": "true",
+    }
+    assert pyiceberg_properties(options) == {"s3.region": "eu-west-1", "s3.endpoint": "http://127.0.0.1:5000"}
+
+
+def test_a_storage_option_given_in_two_spellings_is_refused() -> None:
+    with pytest.raises(ValueError, match="'aws_region' is given twice"):
+        ZerobusConfig(
+            warehouse="s3://lake/wh",
+            storage_options={"AWS_REGION": SecretStr("a"), "aws_region": SecretStr("b")},
+        )
