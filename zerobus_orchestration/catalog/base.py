@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from zerobus_orchestration.config import CommentPolicy, Role
 from zerobus_orchestration.errors import ConfigError, UnsupportedType
+from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.reserved import (
     RESERVED_DESCRIPTIONS,
     RESERVED_FIELDS,
@@ -321,6 +322,18 @@ class RowsOfSources:
     tags: tuple[str, ...]
 
 
+COPY_COLUMN = "_twg_copy"  # the window column a dedupe numbers the copies of one position with
+
+
+@dataclass(frozen=True)
+class PositionsHeldTwice:
+    """Positions of the table held more than once: per ``_twg_source`` tag, half-open ``_twg_offset``
+    ranges. What ``repair --dedupe`` rewrites so that each position is held once (at-least-once delivery
+    re-sends rows; their copies differ at most in ``_twg_emit_ts``). A value: each backend renders it."""
+
+    spans: tuple[tuple[str, OffsetRange], ...]
+
+
 @runtime_checkable
 class TableCatalog(Protocol):
     """Create, evolve, describe and vouch for Delta tables. Backends: ``local``, ``unity``."""
@@ -350,6 +363,11 @@ class TableCatalog(Protocol):
 
     def delete_rows(self, table: str, rows: RowsOfSources) -> None:
         """Delete ``rows`` from ``table`` in one commit (never on the ingest path; ``replace`` writes)."""
+        ...
+
+    def keep_one_copy(self, table: str, positions: PositionsHeldTwice) -> None:
+        """Rewrite the rows at ``positions`` so each position is held once (the copy stamped first), in
+        one commit; rows at other positions are untouched (``repair --dedupe``)."""
         ...
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from zerobus_orchestration.catalog.base import RowsOfSources
+from zerobus_orchestration.catalog.base import COPY_COLUMN, PositionsHeldTwice, RowsOfSources
 from zerobus_orchestration.catalog.plan import (
     AddColumn,
     ColumnDef,
@@ -22,7 +22,7 @@ from zerobus_orchestration.catalog.plan import (
     WidenColumn,
     column_mapping_first,
 )
-from zerobus_orchestration.reserved import SOURCE
+from zerobus_orchestration.reserved import EMIT_TS, OFFSET, SOURCE
 from zerobus_orchestration.tables import TableName
 from zerobus_orchestration.type_map import delta_type, quote_identifier
 
@@ -105,6 +105,30 @@ def delete_rows_sql(table: str | TableName, rows: RowsOfSources) -> str:
         raise ValueError(f"delete from {table}: no source tags given (the statement would delete nothing)")
     values = ", ".join(string_literal(tag) for tag in rows.tags)
     return f"DELETE FROM {quote_table(table)} WHERE {quote_identifier(SOURCE)} IN ({values})"
+
+
+def positions_predicate_sql(positions: PositionsHeldTwice) -> str:
+    """``(`_twg_source` = 't' AND `_twg_offset` >= a AND `_twg_offset` < b) OR ...``."""
+    if not positions.spans:
+        raise ValueError("no positions given (the statement would rewrite nothing)")
+    source, offset = quote_identifier(SOURCE), quote_identifier(OFFSET)
+    return " OR ".join(
+        f"({source} = {string_literal(tag)} AND {offset} >= {span.start} AND {offset} < {span.end})"
+        for tag, span in positions.spans
+    )
+
+
+def keep_one_copy_sql(table: str | TableName, positions: PositionsHeldTwice) -> str:
+    """One ``INSERT INTO ... REPLACE WHERE`` (one commit): the rows at ``positions`` are replaced by the
+    first-stamped copy of each position (Databricks SQL reference, INSERT: ``REPLACE WHERE``)."""
+    target, where = quote_table(table), positions_predicate_sql(positions)
+    copy, source, offset = quote_identifier(COPY_COLUMN), quote_identifier(SOURCE), quote_identifier(OFFSET)
+    numbered = (
+        f"SELECT *, ROW_NUMBER() OVER (PARTITION BY {source}, {offset} ORDER BY {quote_identifier(EMIT_TS)}) "
+        f"AS {copy} FROM {target} WHERE {where}"
+    )
+    kept = f"SELECT * EXCEPT ({copy}) FROM ({numbered}) WHERE {copy} = 1"
+    return f"INSERT INTO {target} REPLACE WHERE {where} {kept}"
 
 
 def describe_detail_sql(table: str | TableName) -> str:

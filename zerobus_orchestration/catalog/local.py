@@ -41,7 +41,7 @@ from pathlib import Path
 import pyarrow as pa
 from pydantic import SecretStr
 
-from zerobus_orchestration.catalog import delta_handles
+from zerobus_orchestration.catalog import delta_dedupe, delta_handles
 from zerobus_orchestration.catalog.base import (
     CHARS_NEEDING_COLUMN_MAPPING,
     EMULATED_COLUMN_MAPPING,
@@ -49,6 +49,7 @@ from zerobus_orchestration.catalog.base import (
     Access,
     DesiredTable,
     LiveColumn,
+    PositionsHeldTwice,
     ProtocolInfo,
     ReconcileOutcome,
     RowsOfSources,
@@ -381,6 +382,25 @@ class LocalCatalog:
                     raise CatalogError(
                         f"table {full_name}: deleting superseded rows lost {_DELETE_ATTEMPTS} commit races "
                         f"to concurrent writers ({exc}); re-run the write to retry the delete"
+                    ) from exc
+
+    def keep_one_copy(self, table: str, positions: PositionsHeldTwice) -> None:
+        """One delta-rs overwrite of exactly those positions (``delta_dedupe``), retried on a commit
+        conflict with the emulator's appends."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import CommitFailedError
+
+        full_name = TableName.parse(table).full_name
+        for attempt in range(_DELETE_ATTEMPTS):
+            dt = DeltaTable(self.location(table), storage_options=self._storage_options or None)
+            try:
+                delta_dedupe.keep_one_copy(dt, positions, self._storage_options or None)
+                return
+            except CommitFailedError as exc:
+                if attempt == _DELETE_ATTEMPTS - 1:
+                    raise CatalogError(
+                        f"table {full_name}: removing duplicate rows lost {_DELETE_ATTEMPTS} commit races "
+                        f"to concurrent writers ({exc}); run the repair again"
                     ) from exc
 
     # --- execution ------------------------------------------------------------------------------

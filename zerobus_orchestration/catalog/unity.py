@@ -49,6 +49,7 @@ from zerobus_orchestration.catalog.base import (
     PROP_ROLE,
     Access,
     DesiredTable,
+    PositionsHeldTwice,
     ReconcileOutcome,
     RowsOfSources,
     TableState,
@@ -59,6 +60,7 @@ from zerobus_orchestration.catalog.ddl import (
     create_schema_sql,
     delete_rows_sql,
     describe_detail_sql,
+    keep_one_copy_sql,
     latest_history_sql,
     render_plan,
     set_properties_sql,
@@ -392,6 +394,18 @@ class UnityCatalog:
             except StatementFailedError as failure:
                 # Zerobus appends while we delete; Delta's conflict check may fail our commit. The
                 # statement is idempotent (it names the superseded tags), so re-running it is safe.
+                if not lost_a_race(failure) or attempt == _DELETE_ATTEMPTS - 1:
+                    raise
+
+    def keep_one_copy(self, table: str, positions: PositionsHeldTwice) -> None:
+        """One ``INSERT INTO ... REPLACE WHERE`` through the SQL warehouse, re-run on a lost race (it
+        replaces the same positions with one copy each, so re-running it is safe)."""
+        statement = keep_one_copy_sql(TableName.parse(table).full_name, positions)
+        for attempt in range(_DELETE_ATTEMPTS):
+            try:
+                self.execute([statement])
+                return
+            except StatementFailedError as failure:
                 if not lost_a_race(failure) or attempt == _DELETE_ATTEMPTS - 1:
                     raise
 

@@ -1,4 +1,4 @@
-"""``zerobus-orch``: demo, serve, ingest, plan, check, readback.
+"""``zerobus-orch``: demo, serve, ingest, plan, check, readback, repair.
 
 Commands parse options and delegate to one module each; heavy imports happen inside the command so
 ``--help`` stays fast. Every command takes ``--warehouse`` (default ``$ZEROBUS_WAREHOUSE`` or
@@ -17,7 +17,7 @@ import typer
 from zerobus_orchestration.cli.errors import EXIT_BAD_INPUT, OneLineErrorsTyper, run, set_debug
 from zerobus_orchestration.cli.errors import report as report_error
 from zerobus_orchestration.config import SHARED_EMULATOR_MODE, ZerobusConfig, load_config
-from zerobus_orchestration.errors import ZerobusOrchestrationError
+from zerobus_orchestration.errors import ConfigError, ZerobusOrchestrationError
 
 # Every command registered on this app ends a failure with one line "error: <cause>" on stderr and exit
 # 2 (bad input) or 1 (anything else); see cli_errors. Commands added later are covered the same way.
@@ -348,6 +348,62 @@ def readback(
     emit(summary, as_json, human)
     if not outcome.status.is_successful:
         raise typer.Exit(1)
+
+
+@app.command()
+def repair(
+    table: Annotated[str, typer.Option("--table", help="The table, catalog.schema.table.")],
+    dedupe: Annotated[
+        bool,
+        typer.Option(
+            "--dedupe",
+            help="Delete the extra copies of rows held more than once (same _twg_source and _twg_offset), "
+            "keeping one of each, in one commit.",
+        ),
+    ] = False,
+    source: Annotated[str | None, typer.Option("--source", help="Only this source's rows.")] = None,
+    partition: Annotated[
+        str | None, typer.Option("--partition", help="Only this logical partition of --source (every run).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Report what would be removed; change nothing.")
+    ] = False,
+    warehouse: WarehouseOpt = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Repair what at-least-once delivery leaves: with --dedupe, keep one copy of each duplicated row.
+
+    Use it when read-back reports DUPLICATED (see docs/runbook.md). Rows at other positions are not
+    touched; the table is read again afterwards to prove no position is held twice.
+    """
+    from zerobus_orchestration.catalog.factory import catalog_from_config
+    from zerobus_orchestration.runtime.dedupe import dedupe as run_dedupe
+
+    if not dedupe:
+        raise typer.BadParameter("name the repair to run: --dedupe (the only one so far)")
+    cfg = resolve_config(config, warehouse)
+    try:
+        report = run_dedupe(
+            catalog_from_config(cfg), cfg, table, source=source, partition=partition, dry_run=dry_run
+        )
+    except ZerobusOrchestrationError as exc:
+        raise typer.Exit(report_error(exc, EXIT_BAD_INPUT if isinstance(exc, ConfigError) else 1)) from None
+    verb = "would remove" if dry_run else "removed"
+    lines = [
+        f"{report.table}: {verb} {report.duplicate_rows:,} duplicate row(s) in {len(report.extra_rows)} "
+        f"source tag(s)"
+        + (
+            ""
+            if dry_run or not report.duplicate_rows
+            else f" (Delta version {report.delta_version_before} -> {report.delta_version_after})"
+        )
+    ]
+    lines += [
+        f"  {tag}: {rows:,} extra cop(ies) at {len(report.ranges[tag])} range(s)"
+        for tag, rows in report.extra_rows.items()
+    ]
+    emit(report.as_dict(), as_json, "\n".join(lines))
 
 
 emulator_app = OneLineErrorsTyper(  # failures end with one "error: <cause>" line, as for the others

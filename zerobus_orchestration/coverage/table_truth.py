@@ -132,6 +132,49 @@ def source_tag_counts(reader: TableReader, *, prefix: str) -> dict[str, int]:
     return {str(c["values"]): int(c["counts"]) for c in counts.to_pylist() if c["values"] is not None}
 
 
+@dataclass(frozen=True)
+class HeldTwice:
+    """One tag's positions held more than once: the merged ranges and the extra copies (rows beyond
+    one per position)."""
+
+    ranges: tuple[OffsetRange, ...]
+    extra_rows: int
+
+
+def positions_held_twice(reader: TableReader, *, prefix: str) -> dict[str, HeldTwice]:
+    """Per ``_twg_source`` tag starting with ``prefix`` (``""``: every tag), the positions the table
+    holds more than once (at-least-once re-sends). Reads the two reserved columns of those rows."""
+    import pyarrow.dataset as ds  # loads pandas (~0.4 s): only a table-truth read pays for it
+    from deltalake import DeltaTable, QueryBuilder
+    from deltalake.exceptions import DeltaError
+
+    try:
+        table = DeltaTable(reader.uri, storage_options=reveal(reader.storage_options) or None)
+        dataset = _pyarrow_dataset(table)
+        if dataset is None:
+            where = f'starts_with("{SOURCE}", {_sql_string(prefix)})'
+            query = f'SELECT "{SOURCE}", "{OFFSET}" FROM raw WHERE {where}'
+            rows = pa.table(QueryBuilder().register("raw", table).execute(query).read_all())
+        else:
+            wanted = pc.starts_with(ds.field(SOURCE), pattern=prefix)
+            rows = dataset.to_table(columns=[SOURCE, OFFSET], filter=wanted)
+    except (DeltaError, OSError, pa.ArrowException) as exc:
+        raise TableTruthError(
+            f"table {reader.table}: cannot read {SOURCE}/{OFFSET} at {reader.uri}: {exc}"
+        ) from exc
+    rows = pa.table(
+        {"tag": pc.cast(rows.column(SOURCE), pa.string()), "at": pc.cast(rows.column(OFFSET), pa.int64())}
+    )
+    counts = rows.group_by(["tag", "at"]).aggregate([([], "count_all")])
+    twice = counts.filter(pc.greater(counts["count_all"], 1))
+    found: dict[str, HeldTwice] = {}
+    for tag in sorted(str(t) for t in pc.unique(twice["tag"]).to_pylist() if t is not None):
+        mine = twice.filter(pc.equal(twice["tag"], tag))
+        extra = int(pc.sum(pc.subtract(mine["count_all"], 1)).as_py() or 0)
+        found[tag] = HeldTwice(offsets_to_ranges(mine["at"].combine_chunks()), extra)
+    return found
+
+
 def other_runs(reader: TableReader, *, source: str, partition: str, replace_key: str) -> dict[str, int]:
     """Rows per tag of the other runs of logical partition ``replace_key`` (not ``partition``'s own).
 

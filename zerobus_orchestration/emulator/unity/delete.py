@@ -59,6 +59,11 @@ def datafusion_predicate(tree: exp.Delete, columns: Sequence[str]) -> str | None
     return _translate(where.this, {c.lower(): c for c in columns})
 
 
+def datafusion_condition(node: exp.Expression, columns: Sequence[str]) -> str:
+    """One predicate (a ``REPLACE WHERE``'s) in DataFusion SQL over ``columns``, by the same rules."""
+    return _translate(node, {c.lower(): c for c in columns})
+
+
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 

@@ -26,14 +26,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Field, Schema
 
 from zerobus_orchestration.emulator.errors import EmulatorError
 from zerobus_orchestration.emulator.unity import types as uc_types
 from zerobus_orchestration.emulator.unity.metastore import Metastore
+from zerobus_orchestration.emulator.unity.replace_where import COPY_COLUMN
 from zerobus_orchestration.emulator.unity.state import FakeColumn, FakeTable, StatementFailure, now_ms
 from zerobus_orchestration.errors import TableNameError, UnsupportedType
 from zerobus_orchestration.locations import is_local, local_path
+from zerobus_orchestration.reserved import EMIT_TS, OFFSET, SOURCE
 from zerobus_orchestration.tables import TableName, table_uri
 from zerobus_orchestration.type_map import arrow_type_of_delta, delta_type
 
@@ -235,6 +239,51 @@ class DeltaBacking:
                 # never a made-up 0.
                 count = metrics.get("num_deleted_rows")
                 return None if count is None else int(count)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def keep_one_copy(self, table: FakeTable, predicate: str) -> int:
+        """The rows matching ``predicate``, first-stamped copy of each ``(_twg_source, _twg_offset)``
+        kept, written back with ``write_deltalake(mode="overwrite", predicate=...)``: one commit that
+        removes the matches and adds the kept rows (what Databricks' ``REPLACE WHERE`` commits). Re-run on
+        a lost commit, like a DELETE."""
+        from deltalake import QueryBuilder, write_deltalake
+        from deltalake.exceptions import CommitFailedError
+
+        if table.location is not None:
+            raise StatementFailure(
+                "UNSUPPORTED_STATEMENT",
+                f"The local cloud keeps only the record of the EXTERNAL table {table.full_name}; it cannot "
+                "rewrite its rows.",
+                sqlstate="0A000",
+            )
+        query = (
+            f'SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "{SOURCE}", "{OFFSET}" ORDER BY '
+            f'"{EMIT_TS}") AS "{COPY_COLUMN}" FROM raw WHERE {predicate}) WHERE "{COPY_COLUMN}" = 1'
+        )
+        for attempt in range(_DELETE_ATTEMPTS):
+            dt = self._open_existing(table)
+            try:
+                rows = pa.table(QueryBuilder().register("raw", dt).execute(query).read_all())
+                schema = pa.schema(dt.schema().to_arrow())
+                # DataFusion answers with view types; the table's own types go back in (same values).
+                kept = pa.table([pc.cast(rows.column(f.name), f.type) for f in schema], schema=schema)
+                write_deltalake(
+                    dt, kept, mode="overwrite", predicate=predicate, storage_options=self._options
+                )
+            except CommitFailedError as exc:
+                if attempt == _DELETE_ATTEMPTS - 1:
+                    raise StatementFailure(
+                        "DELTA_CONCURRENT_APPEND",
+                        f"ConcurrentAppendException: Files were added to {table.full_name} by a concurrent "
+                        f"update ({_DELETE_ATTEMPTS} attempts; last: {exc}). Please try the operation again.",
+                        sqlstate="2D521",
+                        code="ABORTED",
+                    ) from exc
+                log.info("local Unity Catalog: INSERT on %s lost a commit race, re-running", table.full_name)
+            except Exception as exc:  # a predicate DataFusion refuses, storage: the statement fails
+                raise _storage_failure(table, "rewrite rows of", exc) from exc
+            else:
+                return int(kept.num_rows)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def drop(self, table: FakeTable) -> None:

@@ -32,6 +32,8 @@ class TableBacking(Protocol):
 
     def delete_rows(self, table: FakeTable, predicate: str | None) -> int | None: ...
 
+    def keep_one_copy(self, table: FakeTable, predicate: str) -> int: ...
+
     def refresh(self, table: FakeTable) -> None: ...
 
     def discover(self, catalog: str, schema: str, name: str) -> FakeTable | None: ...
@@ -235,6 +237,20 @@ class Metastore:
         deleted = self.backing.delete_rows(table, predicate)
         self.backing.refresh(table)  # the DELETE is a new Delta version: history, version
         return deleted
+
+    def keep_one_copy(self, table: FakeTable, predicate: str) -> int:
+        """Replace the rows matching ``predicate`` by the first-stamped copy of each position, in one
+        commit; the rows inserted. Only a backed table holds rows, as for ``delete_rows``."""
+        if self.backing is None:
+            raise StatementFailure(
+                "UNSUPPORTED_STATEMENT",
+                f"The in-memory Unity Catalog holds no rows of {table.full_name}: INSERT runs only on the "
+                "emulator's local cloud.",
+                sqlstate="0A000",
+            )
+        inserted = self.backing.keep_one_copy(table, predicate)
+        self.backing.refresh(table)
+        return inserted
 
     def add(self, table: FakeTable) -> None:
         self._register(table)

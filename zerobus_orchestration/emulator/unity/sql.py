@@ -9,8 +9,9 @@ Supported (anything else FAILS loudly, so a renderer emitting something new is n
 ``CREATE SCHEMA [IF NOT EXISTS] c.s``, ``CREATE CATALOG [IF NOT EXISTS] c``,
 ``DESCRIBE DETAIL t`` and ``DESCRIBE HISTORY t`` (result sets), and ``DELETE FROM t [WHERE p]`` on the
 table's real Delta data (the predicate shapes ``delete.py`` translates; result ``num_affected_rows``, as
-Databricks returns). One statement per request, as the Statement Execution API wants. As on
-Databricks, ``CREATE TABLE`` in a missing schema of a configured catalog fails ``SCHEMA_NOT_FOUND``
+Databricks returns) and the one ``INSERT INTO t REPLACE WHERE p SELECT ...`` of ``replace_where.py``.
+One statement per request, as the Statement Execution API wants. As on Databricks, ``CREATE TABLE`` in a
+missing schema of a configured catalog fails ``SCHEMA_NOT_FOUND``
 (the schema is never created behind the caller's back).
 
 String literals follow Databricks rules: backslash escapes. sqlglot falls back to an opaque ``Command``
@@ -28,8 +29,13 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
 from zerobus_orchestration.emulator.unity import types as uc_types
-from zerobus_orchestration.emulator.unity.delete import check_plain, datafusion_predicate
+from zerobus_orchestration.emulator.unity.delete import (
+    check_plain,
+    datafusion_condition,
+    datafusion_predicate,
+)
 from zerobus_orchestration.emulator.unity.metastore import Metastore
+from zerobus_orchestration.emulator.unity.replace_where import keep_one_copy_target
 from zerobus_orchestration.emulator.unity.state import FakeColumn, FakeTable, StatementFailure
 
 DIALECT = "databricks"
@@ -69,6 +75,8 @@ _DESCRIBE_HISTORY_COLUMNS: tuple[tuple[str, str], ...] = (
 
 # What Databricks answers a DELETE with: one row, the number of rows it removed.
 _DELETE_COLUMNS: tuple[tuple[str, str], ...] = (("num_affected_rows", "LONG"),)
+# And an INSERT with the rows it affected and inserted.
+_INSERT_COLUMNS: tuple[tuple[str, str], ...] = (("num_affected_rows", "LONG"), ("num_inserted_rows", "LONG"))
 
 
 def _operation_of(actions: list[exp.Expression]) -> str:
@@ -134,6 +142,8 @@ class SqlEngine:
             self._drop(tree, catalog, schema)
         elif isinstance(tree, exp.Delete):
             return self._delete(tree, catalog, schema)
+        elif isinstance(tree, exp.Insert):
+            return self._replace_where(tree, catalog, schema)
         elif isinstance(tree, exp.Command):
             raise _syntax_error(text, "the statement does not parse as Databricks SQL (check string escapes)")
         else:
@@ -239,6 +249,13 @@ class SqlEngine:
         predicate = datafusion_predicate(tree, [c.name for c in table.columns])
         deleted = self.metastore.delete_rows(table, predicate)
         return ResultSet(_DELETE_COLUMNS, ((deleted,),))
+
+    def _replace_where(self, tree: exp.Insert, catalog: str | None, schema: str | None) -> ResultSet:
+        target, where = keep_one_copy_target(tree)
+        table = self._resolve(target, catalog, schema)
+        predicate = datafusion_condition(where, [c.name for c in table.columns])
+        inserted = self.metastore.keep_one_copy(table, predicate)
+        return ResultSet(_INSERT_COLUMNS, ((inserted, inserted),))
 
     # -- ALTER / COMMENT --------------------------------------------------------------------------
 
