@@ -33,7 +33,12 @@ from dagster_defs.handlers import (
 from dagster_defs.latest_run import latest_tags, select_latest_runs
 from dagster_defs.metadata import KEY_SOURCE_TAG, table_uri, write_metadata
 from dagster_defs.naming import META_WRITE_MODE, AssetOptions, TableRef, source_for, table_ref
-from dagster_defs.output_partition import coverage_partition, partition_label, refuse_range_replace
+from dagster_defs.output_partition import (
+    attempts_began,
+    coverage_partition,
+    partition_label,
+    refuse_range_replace,
+)
 from dagster_defs.output_table import (
     create_if_missing,
     ready_table,
@@ -335,6 +340,7 @@ class ZerobusIO(dg.IOManager):
                 role=role,
                 mode=mode,
                 replace_key=partition_label(context) or "",
+                not_before=attempts_began(context, source),
             )
             if contract is None and result.rows_written == 0 and result.rows_skipped == 0:
                 # No batch was sent, so the sink never reconciled: an empty first write still creates

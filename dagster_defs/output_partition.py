@@ -6,6 +6,7 @@ partition labelled ``first...last``, which ``write_mode='replace'`` cannot use: 
 is sent (docs/adr/0007-write-modes.md).
 """
 
+import datetime as dt
 from collections.abc import Sequence
 
 import dagster as dg
@@ -68,3 +69,21 @@ def _range_label(context: dg.OutputContext, keys: Sequence[str]) -> str:
     except Exception:  # Dagster fails a subset of several ranges with its internal CheckError
         return f"{min(keys)}...{max(keys)}"
     return f"{span.start}...{span.end}"
+
+
+def attempts_began(context: dg.OutputContext, source: str) -> dt.datetime | None:
+    """When the run group this write belongs to was created: no attempt of its coverage partition began
+    earlier, so a resume reads only the table's files of rows stamped since (``ZerobusRuntime.write``'s
+    ``not_before``). The root run's record, kept by the instance every step shares, so a retry on
+    another host gets the same bound. None when a recovery run resumes another run's partition (that run
+    began earlier) or outside a run: every file is read then."""
+    try:
+        run = context.step_context.dagster_run
+        instance = context.step_context.instance
+    except dg.DagsterInvariantViolationError:
+        return None
+    if run.tags.get(RESUME_PARTITION_TAG) and run.tags.get(RESUME_SOURCE_TAG) == source:
+        return None
+    record = instance.get_run_record_by_id(run.root_run_id or run.run_id)
+    created = None if record is None else record.create_timestamp
+    return None if created is None else created.astimezone(dt.UTC)

@@ -286,6 +286,15 @@ class CoverageConfig(_Model):
     catch_up_max_s: float = Field(
         30.0, ge=0, description="Longest a resume waits for the table to catch up with acknowledged rows."
     )
+    emit_margin_s: float = Field(
+        3_600.0,
+        ge=0,
+        description=(
+            "A resume reads only the table's files holding rows stamped after the partition's first attempt "
+            "could have begun (the write's not_before, or this host's first look), less this margin: clocks "
+            "apart between hosts, and the service's lag to the table."
+        ),
+    )
     compact_after_s: float = Field(
         86_400.0,
         ge=0,

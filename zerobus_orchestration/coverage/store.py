@@ -286,20 +286,23 @@ class CoverageStore:
             for table in _KEY_TABLES:
                 conn.executemany(f"DELETE FROM {table} WHERE {_KEY_FILTER}", params)
 
-    def touch(self, key: CoverageKey) -> int | None:
-        """Note that a write of ``key`` starts on this host now; returns when the first one did.
+    def touch(self, key: CoverageKey, *, at_us: int | None = None) -> int | None:
+        """Note that this host took ``key`` up at ``at_us`` (default now); returns the earlier note.
 
-        The first start is kept: every row of ``key`` this host emits, and every table look-up of it,
-        comes after it (``first_seen``). None: this host never took ``key`` up before."""
+        The earliest note is kept (``first_seen``): this host looked ``key`` up in the table, or sent
+        rows of it without looking, no earlier, and every row of it this host knows of was stamped no
+        earlier (``resume.truth.emission_bound``). None: this host never took ``key`` up before."""
         conn = self._connection()
         now = _now_us()
+        at = now if at_us is None else at_us
         with _immediate(conn):
             before = self._first_seen(conn, key)
             conn.execute(
                 "INSERT INTO coverage_keys (table_catalog, table_schema, table_name, sink, source, "
                 "partition_key, first_seen_us, last_recorded_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT DO UPDATE SET first_seen_us = coalesce(first_seen_us, excluded.first_seen_us)",
-                (*self._key_params(key), now, now),
+                "ON CONFLICT DO UPDATE SET first_seen_us = "
+                "min(coalesce(first_seen_us, excluded.first_seen_us), excluded.first_seen_us)",
+                (*self._key_params(key), at, now),
             )
         return before
 

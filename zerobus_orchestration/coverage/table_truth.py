@@ -11,11 +11,20 @@ before any data is read, only ``_twg_offset`` is projected, and the rows are fil
 (Parquet row groups pruned by their statistics). A table whose protocol pyarrow datasets cannot read
 (column mapping, deletion vectors) is read through deltalake's DataFusion engine instead.
 
+The tag's statistics stop pruning once files mix sources (several writers at once: every file then
+spans a wide range of tags), so a read that knows when the partition's rows can first have been emitted
+(``emitted_since``) also prunes by ``_twg_emit_ts``: every file holds rows stamped within a few
+commits of each other, so that statistic stays narrow however the sources mix, and the read costs
+what the table received since then instead of its whole history (``docs/performance.md``). Files are
+pruned, rows are not filtered by it (a file holding any row emitted since is read whole), except on
+the DataFusion path, where the bound is also a row filter.
+
 Rows visible in the table are durable, so what this returns never claims a row that is not.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import logging
 from collections.abc import Mapping
@@ -31,7 +40,7 @@ from zerobus_orchestration.catalog.base import TableCatalog
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.errors import CatalogError, NotSupportedError
 from zerobus_orchestration.ranges import OffsetRange
-from zerobus_orchestration.reserved import OFFSET, SOURCE
+from zerobus_orchestration.reserved import EMIT_TS, OFFSET, SOURCE
 from zerobus_orchestration.storage import Access, config_storage_options, reveal, with_credentials
 from zerobus_orchestration.tables import TableName
 from zerobus_orchestration.write_modes import logical_partition, partition_of_tag, source_tag
@@ -85,8 +94,29 @@ def reader_for(catalog: TableCatalog, config: ZerobusConfig, table: str) -> Tabl
     return TableReader(name, state.location, {k: SecretStr(v) for k, v in options.items()})
 
 
-def delivered_offsets(reader: TableReader, *, source: str, partition: str = "") -> pa.Array:
+@dataclass(frozen=True)
+class DeliveredRows:
+    """What the table holds of one (source, partition): every ``_twg_offset`` (int64, unsorted,
+    duplicates kept) and the earliest ``_twg_emit_ts`` among those rows (None when there is none)."""
+
+    offsets: pa.Array
+    first_emitted: dt.datetime | None
+
+
+def delivered_offsets(
+    reader: TableReader, *, source: str, partition: str = "", emitted_since: dt.datetime | None = None
+) -> pa.Array:
     """Every ``_twg_offset`` of (source, partition) in the table, unsorted, duplicates kept (int64)."""
+    return delivered_rows(reader, source=source, partition=partition, emitted_since=emitted_since).offsets
+
+
+def delivered_rows(
+    reader: TableReader, *, source: str, partition: str = "", emitted_since: dt.datetime | None = None
+) -> DeliveredRows:
+    """The offsets of (source, partition) in the table and when the earliest of its rows was stamped.
+
+    ``emitted_since``: no row of (source, partition) was stamped before it; files whose ``_twg_emit_ts``
+    statistics hold only earlier rows are not read (see the module docstring)."""
     import pyarrow.dataset as ds  # loads pandas (~0.4 s): only a table-truth read pays for it
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError
@@ -94,22 +124,33 @@ def delivered_offsets(reader: TableReader, *, source: str, partition: str = "") 
     tag = source_tag(source, partition)
     try:
         table = DeltaTable(reader.uri, storage_options=reveal(reader.storage_options) or None)
-        dataset = _pyarrow_dataset(table, file_pruning_predicate=[(SOURCE, "=", tag)])
+        # Every table the sink writes has the column; one written otherwise is read without it.
+        stamped = any(field.name == EMIT_TS for field in table.schema().fields)
+        since = emitted_since if stamped else None
+        prune: list[tuple[str, str, object]] = [(SOURCE, "=", tag)]
+        if since is not None:
+            prune.append((EMIT_TS, ">=", since.astimezone(dt.UTC)))
+        dataset = _pyarrow_dataset(table, file_pruning_predicate=prune)
+        columns = [OFFSET, EMIT_TS] if stamped else [OFFSET]
         if dataset is None:
-            offsets = _offsets_via_datafusion(table, tag)
+            rows = _rows_via_datafusion(table, tag, columns, since)
         else:
-            offsets = dataset.to_table(columns=[OFFSET], filter=ds.field(SOURCE) == tag).column(OFFSET)
+            rows = dataset.to_table(columns=columns, filter=ds.field(SOURCE) == tag)
+        offsets = pc.cast(rows.column(OFFSET).combine_chunks(), pa.int64())
+        earliest = pc.min(rows.column(EMIT_TS)).as_py() if stamped and rows.num_rows else None
     except (DeltaError, OSError, pa.ArrowException) as exc:
         raise TableTruthError(
             f"table {reader.table}: cannot read {SOURCE}/{OFFSET} at {reader.uri}: {exc}"
         ) from exc
-    combined = offsets.combine_chunks() if isinstance(offsets, pa.ChunkedArray) else offsets
-    return pc.cast(combined, pa.int64())
+    return DeliveredRows(offsets, earliest)
 
 
-def delivered_ranges(reader: TableReader, *, source: str, partition: str = "") -> tuple[OffsetRange, ...]:
+def delivered_ranges(
+    reader: TableReader, *, source: str, partition: str = "", emitted_since: dt.datetime | None = None
+) -> tuple[OffsetRange, ...]:
     """Positions of (source, partition) visible in the table, merged: sorted, disjoint, non-adjacent."""
-    return offsets_to_ranges(delivered_offsets(reader, source=source, partition=partition))
+    offsets = delivered_offsets(reader, source=source, partition=partition, emitted_since=emitted_since)
+    return offsets_to_ranges(offsets)
 
 
 def source_tag_counts(reader: TableReader, *, prefix: str) -> dict[str, int]:
@@ -286,8 +327,20 @@ def _pyarrow_dataset(table: DeltaTable, **kwargs: Any) -> pa_dataset.Dataset | N
         return None
 
 
-def _offsets_via_datafusion(table: DeltaTable, tag: str) -> pa.Array:
-    return _column_via_datafusion(table, OFFSET, f'"{SOURCE}" = {_sql_string(tag)}', pa.int64())
+def _rows_via_datafusion(
+    table: DeltaTable, tag: str, columns: list[str], emitted_since: dt.datetime | None
+) -> pa.Table:
+    from deltalake import QueryBuilder
+
+    where = f'"{SOURCE}" = {_sql_string(tag)}'
+    if emitted_since is not None:
+        # DataFusion prunes files by this predicate's statistics too. As a row filter it drops only rows
+        # stamped before the bound, which by the bound's definition are not this partition's.
+        stamp = emitted_since.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        where += f" AND \"{EMIT_TS}\" >= arrow_cast('{stamp}', 'Timestamp(Microsecond, Some(\"UTC\"))')"
+    selected = ", ".join(f'"{column}"' for column in columns)
+    query = f"SELECT {selected} FROM raw WHERE {where}"
+    return pa.table(QueryBuilder().register("raw", table).execute(query).read_all())
 
 
 def _tags_via_datafusion(table: DeltaTable, prefix: str) -> pa.Array:

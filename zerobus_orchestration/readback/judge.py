@@ -19,6 +19,7 @@ The mapping keeps the decisions the adapters made before it moved here:
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 
 import requests.exceptions
@@ -134,6 +135,7 @@ def judge_once(
     partition_column: str | None = None,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     settled_version: int | None = None,
+    emitted_since: dt.datetime | None = None,
 ) -> ReadbackOutcome:
     """One non-blocking attempt at ``verify_coverage``, judged; never raises for a read-back failure.
 
@@ -158,6 +160,7 @@ def judge_once(
             partition_column=partition_column,
             sample_size=sample_size,
             settled_version=settled_version,
+            emitted_since=emitted_since,
         )
     except Exception as exc:  # judged, not swallowed: the outcome carries the type and the message
         return outcome_of_error(exc, table)

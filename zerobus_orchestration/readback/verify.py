@@ -7,6 +7,7 @@ deadline before they are reported missing.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-from pyiceberg.expressions import In
+from pyiceberg.expressions import And, BooleanExpression, GreaterThanOrEqual, In
 from pyiceberg.table import Table as IcebergTable
 
 from zerobus_orchestration.errors import ReadbackTimeoutError
@@ -35,7 +36,7 @@ from zerobus_orchestration.readback.visibility import (
     summary_delta_version,
     wait_for_delta_version,
 )
-from zerobus_orchestration.reserved import OFFSET, SOURCE
+from zerobus_orchestration.reserved import EMIT_TS, OFFSET, SOURCE
 from zerobus_orchestration.retry import poll_until
 from zerobus_orchestration.tables import TableName
 
@@ -111,6 +112,7 @@ def verify_coverage(
     partition_column: str | None = None,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
     settled_version: int | None = None,
+    emitted_since: dt.datetime | None = None,
 ) -> ReadbackReport:
     """Wait until Iceberg reflects ``delta_version`` (or force it), scan, and check ``coverage``.
 
@@ -120,6 +122,9 @@ def verify_coverage(
     ``settled_version``: a Delta version known to hold every delivered row; a row missing from a snapshot
     that reflects it is lost (reported at once in ``lost_ranges``), not late. ``None`` (production: Zerobus
     commits asynchronously) looks again at newer snapshots until the deadline.
+    ``emitted_since``: no row of ``coverage``'s keys was stamped before it (``resume.truth.emission_bound``):
+    the scan reads only data files holding rows stamped since (their ``_twg_emit_ts`` bounds in the
+    Iceberg manifests), not the table's whole history.
     """
     name = TableName.parse(table)
     start = time.monotonic()
@@ -131,7 +136,7 @@ def verify_coverage(
 
     def complete() -> bool | None:
         loaded = _load_visible(endpoint, table, delta_version, deadline, policy)
-        rows = _scan_sources(loaded, table, coverage, partition_column)
+        rows = _scan_sources(loaded, table, coverage, partition_column, emitted_since)
         check = check_coverage(rows, coverage, partition_column=partition_column, sample_size=sample_size)
         looks.append((loaded, rows, check))
         return True if not check.missing or _settled(loaded, settled_version) else None
@@ -179,6 +184,7 @@ def _scan_sources(
     table: str,
     coverage: Mapping[CoverageKey, Sequence[OffsetRange]],
     partition_column: str | None,
+    emitted_since: dt.datetime | None = None,
 ) -> pa.Table:
     """The (source, offset[, partition]) columns of every covered source, from the current snapshot."""
     snapshot = loaded.current_snapshot()
@@ -190,8 +196,12 @@ def _scan_sources(
             rows = rows.append_column(partition_column, pa.array([], pa.string()))
         return rows
     selected = (SOURCE, OFFSET, *((partition_column,) if partition_column else ()))
+    row_filter: BooleanExpression = In(term=SOURCE, literals=sources)
+    if emitted_since is not None and any(f.name == EMIT_TS for f in loaded.schema().fields):
+        stamp = emitted_since.astimezone(dt.UTC).isoformat()
+        row_filter = And(row_filter, GreaterThanOrEqual(term=EMIT_TS, value=stamp))
     scanned: pa.Table = loaded.scan(
-        row_filter=In(term=SOURCE, literals=sources),
+        row_filter=row_filter,
         selected_fields=selected,
         snapshot_id=snapshot.snapshot_id,
     ).to_arrow()

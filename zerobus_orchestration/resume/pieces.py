@@ -27,7 +27,9 @@ flight and what the digest check holds back (``resume/slices.py``;
 
 from __future__ import annotations
 
+import datetime as dt
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -38,9 +40,9 @@ from zerobus_orchestration.catalog.base import TableCatalog
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.coverage.sqlite_wal import enable_wal
 from zerobus_orchestration.coverage.store import CoverageStore
-from zerobus_orchestration.ranges import CoverageKey
+from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.resume.slices import ResumeSlice, resume_slices
-from zerobus_orchestration.resume.truth import TruthSkip, learn_from_table
+from zerobus_orchestration.resume.truth import TruthSkip, emission_bound, learn_from_table
 
 
 def resumed_pieces(
@@ -55,12 +57,14 @@ def resumed_pieces(
     config: ZerobusConfig,
     commit: Callable[[str], object] | None,
     settle: bool,
+    not_before: dt.datetime | None = None,
 ) -> ResumedPieces:
     """The pieces of ``batches`` a resumed write of ``key`` into ``table`` still sends.
 
     ``store``: the table's coverage (its ranges and digests of ``key``; what the table shows beyond
-    them is recorded there). ``commit`` and ``settle`` are ``learn_from_table``'s. Nothing is read,
-    from the input or the table, before the pieces are iterated.
+    them is recorded there). ``commit`` and ``settle`` are ``learn_from_table``'s. ``not_before``: no
+    attempt of ``key`` began before it (``resume.truth.emission_bound``). Nothing is read, from the
+    input or the table, before the pieces are iterated.
     """
     read = _RowCounter(batches)
     covered = store.ranges(key)
@@ -76,10 +80,18 @@ def resumed_pieces(
         source=source,
         partition=key.partition,
     )
-    # Then what the table itself shows delivered; read only if a row the cache lacks comes up.
-    kept = TruthSkip(
-        cached,
-        lambda: learn_from_table(
+
+    def learn() -> tuple[OffsetRange, ...]:
+        # Once the table was read, this host notes when it looked (and the earliest stamp it saw there):
+        # a later attempt here reads only the files of rows stamped since (``emission_bound``).
+        first_look = store.first_seen(key)
+        looked_at = time.time_ns() // 1_000
+
+        def looked(earliest: dt.datetime | None) -> None:
+            stamp = looked_at if earliest is None else min(looked_at, int(earliest.timestamp() * 1e6))
+            store.touch(key, at_us=stamp)
+
+        return learn_from_table(
             catalog,
             config,
             key,
@@ -89,7 +101,14 @@ def resumed_pieces(
             cache=store,
             commit=commit,
             settle=settle,
-        ),
+            emitted_since=emission_bound(not_before, first_look, config.coverage.emit_margin_s),
+            looked=looked,
+        )
+
+    # Then what the table itself shows delivered; read only if a row the cache lacks comes up.
+    kept = TruthSkip(
+        cached,
+        learn,
         cached=covered,
         offset_column=offset_column,
         table=table,

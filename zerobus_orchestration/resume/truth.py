@@ -25,6 +25,7 @@ round trip gives. The write logs a warning naming how many rows were skipped on 
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -73,6 +74,25 @@ def settle_period(settle_s: float, gaps_s: Sequence[float], max_s: float) -> flo
     if settle_s <= 0 or not cadence:
         return settle_s
     return min(max(settle_s, CADENCE_FACTOR * max(cadence)), max_s)
+
+
+def emission_bound(
+    not_before: dt.datetime | None, first_seen_us: int | None, margin_s: float
+) -> dt.datetime | None:
+    """The earliest a row of a partition can have been stamped, less ``margin_s``; None: unknown.
+
+    Two bounds, each a time before every attempt of the partition began: ``not_before``, the caller's
+    (an orchestrator's run start), and ``first_seen_us``, this host's first look at the partition in the
+    table (``CoverageStore.touch``; what earlier attempts elsewhere delivered was in the table then, or
+    arrived within the margin). The later of the two is the tighter. The margin covers clocks apart
+    between hosts (rows are stamped on the writer's clock) and rows the service committed late.
+    """
+    bounds = [b.astimezone(dt.UTC) for b in (not_before,) if b is not None]
+    if first_seen_us is not None:
+        bounds.append(dt.datetime.fromtimestamp(first_seen_us / 1e6, dt.UTC))
+    if not bounds:
+        return None
+    return max(bounds) - dt.timedelta(seconds=margin_s)
 
 
 def catch_up(
@@ -133,9 +153,15 @@ def learn_from_table(
     cache: CoverageRecorder,
     commit: Callable[[str], object] | None,
     settle: bool,
+    emitted_since: dt.datetime | None = None,
+    looked: Callable[[dt.datetime | None], object] | None = None,
 ) -> tuple[OffsetRange, ...]:
     """Positions of ``key`` the table shows once it caught up; what it shows beyond ``cached`` is
     recorded in ``cache`` (rows visible in the table are durable: the cache never claims one that is not).
+
+    ``emitted_since``: ``emission_bound``; only files holding rows stamped since then are read.
+    ``looked``: called once the table was read (or found missing, or not to be consulted), with the
+    earliest stamp among the rows it showed; not called when the table could not be read.
 
     ``commit``: has an embedded emulator commit everything it acknowledged (before each version read).
     ``settle``: wait for the table to stop changing (``zerobus.coverage.catch_up_settle_s``); False when
@@ -143,11 +169,15 @@ def learn_from_table(
     """
     settings = config.coverage
     if not settings.consult_table:
+        if looked is not None:
+            looked(None)  # no table read to bound later; the rows this host sends come after now
         return ()
     where = f"{table}: {source} {key.partition!r}"
     try:
         reader = table_truth.reader_for(catalog, config, table)
         if reader is None:
+            if looked is not None:
+                looked(None)  # no table yet: nothing of the partition is anywhere
             return ()
 
         def version() -> int:
@@ -167,8 +197,18 @@ def learn_from_table(
                     warned = True
                 return ()
 
+        earliest: list[dt.datetime] = []
+
+        def read_ranges() -> tuple[OffsetRange, ...]:
+            rows = table_truth.delivered_rows(
+                reader, source=source, partition=key.partition, emitted_since=emitted_since
+            )
+            if rows.first_emitted is not None:
+                earliest.append(rows.first_emitted)
+            return table_truth.offsets_to_ranges(rows.offsets)
+
         caught = catch_up(
-            lambda: table_truth.delivered_ranges(reader, source=source, partition=key.partition),
+            read_ranges,
             version,
             cached=cached,
             settle_s=settings.catch_up_settle_s if settle else 0.0,
@@ -187,12 +227,17 @@ def learn_from_table(
             exc,
         )
         return ()
+    if looked is not None:
+        looked(min(earliest, default=None))
     log.info(
-        "%s: the table shows %d delivered position(s) after a %.1f s catch-up (settle period %.1f s)",
+        "%s: the table shows %d delivered position(s) after a %.1f s catch-up (settle period %.1f s; %s)",
         where,
         intervals.covered_count(caught.ranges),
         caught.waited_s,
         caught.settle_s,
+        "every file read"
+        if emitted_since is None
+        else f"files of rows stamped since {emitted_since:%Y-%m-%d %H:%M:%S} UTC",
     )
     if not caught.settled:
         log.warning(

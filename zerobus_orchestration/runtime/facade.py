@@ -19,6 +19,7 @@ unflushed. Starting the emulator and building the transport to it is the embedde
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 import time
@@ -231,6 +232,7 @@ class ZerobusRuntime:
         mode: WriteMode | str = WriteMode.APPEND,
         replace_key: str | None = None,
         schema: pa.Schema | None = None,
+        not_before: dt.datetime | None = None,
     ) -> WriteResult:
         """Reconcile, skip what coverage already holds, stream pipelined, return once durable.
 
@@ -242,6 +244,10 @@ class ZerobusRuntime:
         a file's own schema). A write that holds no row still creates a missing table, from ``schema``,
         else from the input's own (a ``Table``, a batch, or a stream of empty batches), so a reader
         downstream finds an empty table instead of none.
+
+        ``not_before``: no attempt of this (source, partition) began before this time (an orchestrator's
+        run start, shared by every retry): a resume then reads only the table's files holding rows
+        stamped since (less ``zerobus.coverage.emit_margin_s``), not the table's whole history.
         """
         started = time.monotonic()
         name = TableName.parse(table).full_name
@@ -259,11 +265,15 @@ class ZerobusRuntime:
             ordering_key=ordering_key,
         )
         resent_before = sink.pool.rows_possibly_resent  # the pool outlives writes: count this one's only
-        self.coverage(name).touch(sink.key)  # before any row is emitted or looked up (coverage_keys)
         skipped = resent_after_crash = 0
         if resume:
             pieces = self._resumed_pieces(
-                name, data, source=source, partition=partition, offset_column=offset_column
+                name,
+                data,
+                source=source,
+                partition=partition,
+                offset_column=offset_column,
+                not_before=not_before,
             )
             # In-memory input is checked whole before anything is sent, resumed or not (see ``push``).
             sink.push_positioned(pieces, whole=is_in_memory(data))
@@ -272,6 +282,7 @@ class ZerobusRuntime:
             schema = schema if schema is not None else pieces.schema
             _log_resumed(name, source, partition, skipped, pieces)
         else:
+            self.coverage(name).touch(sink.key)  # sent without a look: a later resume here reads since now
             sink.push(data)
         sink.flush()  # the durability barrier: every confirmation has fired once this returns
         info, span = sink.finish()
@@ -316,7 +327,14 @@ class ZerobusRuntime:
         )
 
     def _resumed_pieces(
-        self, name: str, data: ArrowData, *, source: str, partition: str, offset_column: str | None
+        self,
+        name: str,
+        data: ArrowData,
+        *,
+        source: str,
+        partition: str,
+        offset_column: str | None,
+        not_before: dt.datetime | None,
     ) -> ResumedPieces:
         """The pieces of ``data`` a resumed write still sends (``resume.pieces``), this runtime's way."""
         return resumed_pieces(
@@ -332,6 +350,7 @@ class ZerobusRuntime:
             # An in-process emulator is the only one serving this warehouse and commits all it
             # acknowledged on request: nothing more can arrive, no settle period to wait out.
             settle=not (self.emulator is not None and self.config.emulator.mode == "in_process"),
+            not_before=not_before,
         )
 
     def _create_when_empty(

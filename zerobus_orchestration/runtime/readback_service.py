@@ -23,8 +23,9 @@ token ``databricks-sdk`` refreshes (``readback.auth``) and the credentials Unity
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
@@ -42,6 +43,7 @@ from zerobus_orchestration.errors import ConfigError, NothingToVerifyError, Read
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.readback.coverage_check import MissingRange
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
+from zerobus_orchestration.resume.truth import emission_bound
 from zerobus_orchestration.tables import TableName
 from zerobus_orchestration.write_modes import source_tag
 
@@ -76,6 +78,9 @@ class Expected:
     coverage: dict[CoverageKey, tuple[OffsetRange, ...]]
     origin: ExpectedFrom
     not_durable: tuple[MissingRange, ...] = ()  # positions the table itself lacks (table truth only)
+    # No row of these keys was stamped before it (``resume.truth.emission_bound``): the scan reads only
+    # files of rows stamped since. None: unknown, every file whose tag statistics admit them is read.
+    emitted_since: dt.datetime | None = None
 
 
 class ReadbackService:
@@ -198,11 +203,13 @@ class ReadbackService:
             merged = intervals.merge(ranges)
             if not merged:
                 raise self._nothing(name, source, partition, "the write's record holds no delivered row")
-            return Expected({key: merged}, ExpectedFrom.RECORD)
+            return Expected(
+                {key: merged}, ExpectedFrom.RECORD, emitted_since=self._emitted_since(name, [key])
+            )
         if self._has_cache():
             cached = self.coverage_map(name, source=source, partition=partition)
             if cached:
-                return Expected(cached, ExpectedFrom.CACHE)
+                return Expected(cached, ExpectedFrom.CACHE, emitted_since=self._emitted_since(name, cached))
         if source is None:
             raise self._nothing(
                 name, source, partition, "no write record and no coverage on this host; name the --source"
@@ -246,6 +253,7 @@ class ReadbackService:
             probe=probe,
             policy=WaitPolicy.from_config(self.config.readback),
             settled_version=self._settled(expected_version),
+            emitted_since=expected.emitted_since,
         )
         judged = _with_expected(outcome, expected)
         if replaces is None or source is None or judged.status is not ReadbackStatus.VERIFIED:
@@ -288,6 +296,7 @@ class ReadbackService:
                 policy=self._policy(wait_s),
                 force=self.config.readback.force_metadata if force is None else force,
                 settled_version=self._settled(expected_version),
+                emitted_since=expected.emitted_since,
             )
         except Exception as exc:  # judged, not swallowed: the outcome carries the type and the message
             if raise_errors and not isinstance(exc, ReadbackTimeoutError):
@@ -387,19 +396,40 @@ class ReadbackService:
         """The owner's stores, or a coverage file this host already has (never created by a verifier)."""
         return self._shared_coverage or Path(self.config.coverage_location).is_file()
 
+    def _emitted_since(self, name: str, keys: Iterable[CoverageKey]) -> dt.datetime | None:
+        """The earliest any row of ``keys`` was stamped, as this host's cache knows it (less the margin);
+        None unless it knows it for every key (read without creating a cache a verifier lacks)."""
+        if not self._has_cache():
+            return None
+        store = self._coverage(name)
+        seen = [store.first_seen(key) for key in keys]
+        if not seen or any(first is None for first in seen):
+            return None
+        return emission_bound(None, min(first for first in seen if first is not None), self._margin_s)
+
+    @property
+    def _margin_s(self) -> float:
+        return self.config.coverage.emit_margin_s
+
     def _expected_from_table(self, name: str, source: str, partition: str) -> Expected:
         """Delivered ranges read from the raw table's Delta log; positions it lacks are not durable."""
         reader = table_truth.reader_for(self.catalog, self.config, name)
         if reader is None:
             raise self._nothing(name, source, partition, "the table does not exist")
-        delivered = table_truth.delivered_ranges(reader, source=source, partition=partition)
+        rows = table_truth.delivered_rows(reader, source=source, partition=partition)
+        delivered = table_truth.offsets_to_ranges(rows.offsets)
+        earliest = (
+            None if rows.first_emitted is None else emission_bound(rows.first_emitted, None, self._margin_s)
+        )
         if not delivered:
             raise self._nothing(name, source, partition, "the table holds no row of it")
         key = CoverageKey(SINK_ID, source_tag(source, partition), partition)
         # Positions are counted from 0 within (source, partition): a hole is a row that never became
         # durable (a write that did not finish), not one Iceberg is still catching up with.
         holes = intervals.gaps_between(delivered, 0, max(span.end for span in delivered))
-        return Expected({key: delivered}, ExpectedFrom.TABLE, tuple(MissingRange(key, h) for h in holes))
+        return Expected(
+            {key: delivered}, ExpectedFrom.TABLE, tuple(MissingRange(key, h) for h in holes), earliest
+        )
 
     @staticmethod
     def _nothing(name: str, source: str | None, partition: str | None, why: str) -> NothingToVerifyError:

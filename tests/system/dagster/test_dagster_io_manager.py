@@ -1,19 +1,23 @@
 """ZerobusIOManager against the embedded emulator: append per run, read-back, partitions, frames, bad input."""
 
+import datetime as dt
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pandas as pd
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 
 from dagster_defs import ZerobusIOManager, ZerobusResource, build_contract_asset, coverage_keys
 from tests.support.dagster_reexec_job import FAIL_AFTER, ROWS
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.ranges import OffsetRange
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
 
 REPO = Path(__file__).resolve().parents[3]  # step processes import ``tests.support.*`` from here
 
@@ -278,3 +282,23 @@ def test_asset_streaming_its_own_data_through_the_resource(zerobus: ZerobusResou
         "main.raw.streamed", source="raw/streamed", partition=f"@{result.run_id}"
     ) == (OffsetRange(0, 200),)
     assert sorted(read_all(zerobus, "main.raw.streamed", "raw/streamed")["n"].to_pylist()) == list(range(200))
+
+
+def test_a_write_is_bounded_by_its_run_groups_creation(
+    zerobus: ZerobusResource, resources: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The IO manager passes the root run's creation time as ``not_before``: a resume of the step reads
+    only the table's files of rows stamped since (the bound itself is proven in the runtime's tests)."""
+    seen: list[object] = []
+    real_write = ZerobusRuntime.write
+
+    def spy(self: ZerobusRuntime, *args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs.get("not_before"))
+        return real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(ZerobusRuntime, "write", spy)
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize([*events_contract.definitions, events], resources=resources, instance=instance)
+    assert result.success
+    record = instance.get_run_record_by_id(result.run_id)
+    assert record is not None and seen == [record.create_timestamp.astimezone(dt.UTC)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from pathlib import Path
 
@@ -9,9 +10,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from zerobus_orchestration.ranges import OffsetRange
-from zerobus_orchestration.runtime.facade import ZerobusRuntime
+from zerobus_orchestration.ranges import CoverageKey, OffsetRange
+from zerobus_orchestration.runtime.facade import DEFAULT_SINK_ID, ZerobusRuntime, source_tag
+from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes
 from zerobus_orchestration.tables import table_uri
+from zerobus_orchestration.testing.settings import embedded_test_config
 
 TABLE = "main.raw.holes"
 
@@ -59,3 +62,29 @@ def test_a_table_that_cannot_be_read_resumes_from_the_cache_alone(
         "could not read the delivered positions from the table" in r.getMessage() and TABLE in r.getMessage()
         for r in caplog.records
     ), caplog.text
+
+
+def test_a_resume_reads_only_the_files_of_rows_stamped_since_its_bound(tmp_path: Path) -> None:
+    """``not_before`` (an orchestrator's run start) bounds what the catch-up reads: files whose rows
+    were all stamped earlier are pruned by their ``_twg_emit_ts`` statistics. A right bound finds the
+    earlier attempt's rows; a bound after them (wrong on purpose) prunes their files, and they are sent
+    again, which shows the pruning acted."""
+    config = embedded_test_config(tmp_path / "wh", coverage={"emit_margin_s": 0})
+    runtime = acquire_runtime(config)
+    key = CoverageKey(DEFAULT_SINK_ID, source_tag("s", "p"), "p")
+    try:
+        started = dt.datetime.now(dt.UTC)
+        runtime.write(TABLE, rows(0, 300), source="s", partition="p")
+        runtime.coverage(TABLE).forget([key])  # as on a host without this cache
+
+        right = runtime.write(TABLE, rows(0, 500), source="s", partition="p", not_before=started)
+        assert (right.rows_skipped, right.rows_written) == (300, 200)
+
+        runtime.coverage(TABLE).forget([key])
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+        wrong = runtime.write(TABLE, rows(0, 500), source="s", partition="p", not_before=later)
+        assert (wrong.rows_skipped, wrong.rows_written) == (0, 500)
+        runtime.delta_version(TABLE)
+        assert DeltaTable(table_uri(config.warehouse, TABLE)).count() == 1_000
+    finally:
+        close_all_runtimes()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from pathlib import Path
 
@@ -14,16 +15,17 @@ from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.coverage.table_truth import (
     TableReader,
     TableTruthError,
-    _offsets_via_datafusion,
+    _rows_via_datafusion,
     commit_gaps_s,
     delivered_offsets,
     delivered_ranges,
+    delivered_rows,
     offsets_to_ranges,
     reader_for,
     table_version,
 )
 from zerobus_orchestration.ranges import OffsetRange
-from zerobus_orchestration.reserved import OFFSET, SOURCE
+from zerobus_orchestration.reserved import EMIT_TS, OFFSET, SOURCE
 
 
 def rows(tag: str, offsets: list[int]) -> pa.Table:
@@ -77,9 +79,9 @@ def test_the_datafusion_path_reads_the_same_offsets(tmp_path: Path) -> None:
     table = tmp_path / "t"
     write_deltalake(str(table), rows("it's", [3, 4]))
     write_deltalake(str(table), rows("other", [0]), mode="append")
-    offsets = _offsets_via_datafusion(DeltaTable(str(table)), "it's")
+    offsets = _rows_via_datafusion(DeltaTable(str(table)), "it's", [OFFSET], None).column(OFFSET)
     assert sorted(offsets.to_pylist()) == [3, 4]
-    assert len(_offsets_via_datafusion(DeltaTable(str(table)), "nobody")) == 0
+    assert _rows_via_datafusion(DeltaTable(str(table)), "nobody", [OFFSET], None).num_rows == 0
 
 
 def test_offsets_to_ranges() -> None:
@@ -128,3 +130,47 @@ def test_commit_gaps_count_data_commits_only(tmp_path: Path) -> None:
 def test_commit_gaps_of_a_missing_table_raise(tmp_path: Path) -> None:
     with pytest.raises(TableTruthError, match="history"):
         commit_gaps_s(reader(tmp_path / "none"), commits=10)
+
+
+def stamped(tag: str, offsets: list[int], at: dt.datetime) -> pa.Table:
+    """Rows as the sink writes them: the three reserved columns, stamped at ``at``."""
+    return rows(tag, offsets).append_column(
+        EMIT_TS, pa.array([at] * len(offsets), pa.timestamp("us", tz="UTC"))
+    )
+
+
+def test_files_of_rows_stamped_before_the_bound_are_not_read_however_sources_mix(tmp_path: Path) -> None:
+    """Files that mix sources (writers at once) span every tag: only ``_twg_emit_ts`` tells them apart.
+    The old file is removed after the log: a read that opened it would fail."""
+    table = tmp_path / "t"
+    old, new = dt.datetime(2026, 1, 1, tzinfo=dt.UTC), dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+    write_deltalake(str(table), pa.concat_tables([stamped("a[1]", [0, 1], old), stamped("z[1]", [0], old)]))
+    write_deltalake(
+        str(table),
+        pa.concat_tables(
+            [stamped("a[1]", [2, 3], new), stamped("m[2]", [0, 1], new), stamped("z[1]", [1], new)]
+        ),
+        mode="append",
+    )
+    found = delivered_rows(reader(table), source="m", partition="2")
+    assert sorted(found.offsets.to_pylist()) == [0, 1] and found.first_emitted == new
+    assert delivered_rows(reader(table), source="a", partition="1").first_emitted == old
+
+    (old_file,) = DeltaTable(str(table)).file_uris(file_pruning_predicate=[(EMIT_TS, "<", new)])
+    Path(old_file).unlink()
+    since = new - dt.timedelta(days=1)
+    assert delivered_ranges(reader(table), source="m", partition="2", emitted_since=since) == (
+        OffsetRange(0, 2),
+    )
+    with pytest.raises(TableTruthError):  # without the bound, the mixed old file is opened
+        delivered_ranges(reader(table), source="m", partition="2")
+    # The DataFusion path (column-mapped tables): the same bound, the same answer.
+    via = _rows_via_datafusion(DeltaTable(str(table)), "m[2]", [OFFSET, EMIT_TS], since)
+    assert sorted(via.column(OFFSET).to_pylist()) == [0, 1]
+
+
+def test_a_table_without_the_stamp_column_is_read_without_the_bound(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    write_deltalake(str(table), rows("a", [0, 1]))
+    found = delivered_rows(reader(table), source="a", emitted_since=dt.datetime(2030, 1, 1, tzinfo=dt.UTC))
+    assert sorted(found.offsets.to_pylist()) == [0, 1] and found.first_emitted is None

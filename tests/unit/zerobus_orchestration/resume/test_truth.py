@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
 from zerobus_orchestration.catalog.local import LocalCatalog
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.coverage import table_truth
 from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
-from zerobus_orchestration.reserved import OFFSET, SOURCE
+from zerobus_orchestration.reserved import EMIT_TS, OFFSET, SOURCE
+from zerobus_orchestration.resume.pieces import resumed_pieces
 from zerobus_orchestration.resume.slices import ResumeSlice
 from zerobus_orchestration.resume.truth import (
     CaughtUp,
     TruthSkip,
     catch_up,
+    emission_bound,
     learn_from_table,
     settle_period,
 )
@@ -243,3 +246,62 @@ def test_a_history_that_cannot_be_read_leaves_the_configured_settle_period(
         "main.raw.t: s 'p': table main.raw.t: cannot read the Delta log's history; waiting the configured "
         "settle period only"
     ]
+
+
+def test_emission_bound_takes_the_later_bound_less_the_margin() -> None:
+    run_start = dt.datetime(2026, 5, 1, 12, tzinfo=dt.UTC)
+    looked = int(dt.datetime(2026, 5, 1, 13, tzinfo=dt.UTC).timestamp() * 1e6)
+    assert emission_bound(None, None, 60) is None  # nothing known: every file is read
+    assert emission_bound(run_start, None, 60) == run_start - dt.timedelta(minutes=1)
+    assert emission_bound(run_start, looked, 0) == dt.datetime(2026, 5, 1, 13, tzinfo=dt.UTC)
+    assert emission_bound(None, looked, 3600) == dt.datetime(2026, 5, 1, 12, tzinfo=dt.UTC)
+
+
+def test_a_later_look_on_this_host_reads_only_files_since_the_earliest_row_it_saw(tmp_path: Path) -> None:
+    """The first look reads every file (nothing bounds it) and notes the earliest stamp it saw; the next
+    one, on the same host, skips files of rows stamped before it (an old file removed after the log is
+    not opened), yet still holds every cached position (no wait for rows it can no longer see)."""
+    config = ZerobusConfig(
+        warehouse=str(tmp_path / "wh"), coverage={"catch_up_settle_s": 0.0, "emit_margin_s": 0.0}
+    )  # type: ignore[arg-type]
+    catalog = LocalCatalog(str(tmp_path / "wh"), registry_path=tmp_path / "registry.sqlite")
+    uri = catalog.location(TABLE)
+
+    def stamped(tag: str, offsets: list[int], at: dt.datetime) -> pa.Table:
+        return pa.table(
+            {
+                SOURCE: pa.array([tag] * len(offsets)),
+                OFFSET: pa.array(offsets, pa.int64()),
+                EMIT_TS: pa.array([at] * len(offsets), pa.timestamp("us", tz="UTC")),
+            }
+        )
+
+    long_ago = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+    other_host = dt.datetime.now(dt.UTC) - dt.timedelta(days=1)
+    write_deltalake(uri, stamped("other[x]", [0, 1], long_ago))  # another partition, long ago
+    write_deltalake(uri, stamped("s[p]", [0, 1, 2], other_host), mode="append")  # another host's attempt
+    key = CoverageKey("sink", "s[p]", "p")
+    data = pa.table({"v": pa.array(range(6), pa.int64())})
+
+    def resume(store: CoverageStore) -> list[int]:
+        pieces = resumed_pieces(
+            iter(data.to_batches()),
+            key,
+            table=TABLE,
+            source="s",
+            offset_column=None,
+            store=store,
+            catalog=catalog,
+            config=config,
+            commit=None,
+            settle=True,
+        )
+        return [start for _, start in pieces]  # type: ignore[misc]
+
+    with CoverageStore(tmp_path / "coverage.sqlite", TABLE) as store:
+        assert resume(store) == [3]  # learnt [0, 3) from the other host's rows
+        assert store.first_seen(key) == int(other_host.timestamp() * 1e6)
+        (old_file,) = DeltaTable(uri).file_uris(file_pruning_predicate=[(SOURCE, "=", "other[x]")])
+        Path(old_file).unlink()
+        write_deltalake(uri, stamped("s[p]", [3], dt.datetime.now(dt.UTC)), mode="append")  # a tail it missed
+        assert resume(store) == [4]  # the old file was never opened; the tail was seen
