@@ -269,7 +269,10 @@ class CoverageConfig(_Model):
     """Coverage (which positions of a write are durable) and how a resume reads it."""
 
     location: str | None = Field(
-        None, description="SQLite file for coverage; default <state_dir>/coverage.sqlite."
+        None,
+        description="SQLite file for coverage; default <state_dir>/coverage.sqlite. Derived-lane writes "
+        "commit into the file beside it (coverage.derived.sqlite), so neither lane waits for the other's "
+        "write lock; reads cover both.",
     )
     consult_table: bool = Field(
         True,

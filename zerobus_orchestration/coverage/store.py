@@ -29,6 +29,14 @@ returns packed and loose records alike, so a resume checks its input exactly as 
 A version 2 file is upgraded in place: both tables are added and every key it holds is taken as
 recorded at the upgrade.
 
+Each lane kind commits into its own file: the raw lane (and everything else that records) into the
+configured location, the derived lane into the file beside it (``derived_lane_path``:
+``coverage.sqlite`` -> ``coverage.derived.sqlite``, through ``derived_lane()``). SQLite has one write
+lock per file, so a derived lane whose commit stalls (a slow disk, another process holding its file)
+never holds the raw lane's commit, and with it the raw lane's acknowledgements. The store's queries read
+both files (ranges merged, digests of the derived file after this file's); a reader never creates the
+derived file.
+
 SQLite's locking needs a local filesystem: for an ``s3://`` warehouse the default file lives in the local
 ``zerobus.state_dir`` (see ``ZerobusConfig.state_path``), never on the object store. Each thread gets its
 own connection; a store inherited across ``fork`` opens fresh connections in the child and never touches
@@ -148,6 +156,10 @@ _KEYS_OF_AN_UPGRADED_FILE = """
 """
 _KEY_TABLES = ("coverage_ranges", "coverage_digests", "coverage_digest_packs", "coverage_keys")
 
+DERIVED_LANE_SUFFIX = ".derived"
+_DERIVED_SEQ_BASE = 1 << 48
+"""Digest ``seq`` of the derived lane's file is shifted by this: its records read as the later ones."""
+
 _TABLE_FILTER = "table_catalog = ? AND table_schema = ? AND table_name = ?"
 _KEY_FILTER = f"{_TABLE_FILTER} AND sink = ? AND source = ? AND partition_key = ?"
 
@@ -161,6 +173,11 @@ def coverage_path(location: str | os.PathLike[str]) -> Path:
             "Fix: set zerobus.coverage.location (ZEROBUS_COVERAGE__LOCATION) to a local path."
         )
     return Path(local_path(text))
+
+
+def derived_lane_path(path: Path) -> Path:
+    """The derived lane's file beside ``path``: ``coverage.sqlite`` -> ``coverage.derived.sqlite``."""
+    return path.with_name(f"{path.stem}{DERIVED_LANE_SUFFIX}{path.suffix}")
 
 
 class CoverageStore:
@@ -184,12 +201,39 @@ class CoverageStore:
         self._registry_lock = threading.Lock()
         self._opened: list[tuple[int, sqlite3.Connection]] = []
         self._closed = False
+        self._derived: CoverageStore | None = None  # the derived lane's store, made on first use
+        self._is_lane_file = False  # this store is another store's derived lane (it has none itself)
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     @classmethod
     def from_config(cls, config: ZerobusConfig, table: TableName | str) -> CoverageStore:
         """The store at ``config.coverage_location`` (default ``<state_dir>/coverage.sqlite``)."""
         return cls(config.coverage_location, table)
+
+    # -- lanes ------------------------------------------------------------------------------------
+
+    def derived_lane(self) -> CoverageStore:
+        """The store the derived lane records into: this table, in its own file beside this one.
+
+        Its commits take that file's write lock, never this one's, so a stalled derived commit cannot
+        hold the raw lane's. This store's queries read what it records."""
+        with self._registry_lock:
+            if self._derived is None:
+                lane = CoverageStore(
+                    derived_lane_path(self.path), self.table, busy_timeout_s=self._busy_timeout_s
+                )
+                lane._is_lane_file = True
+                self._derived = lane
+            return self._derived
+
+    def _lane_stores(self) -> list[CoverageStore]:
+        """The derived lane's store, if its file exists (a reader never creates it)."""
+        if self._is_lane_file:
+            return []
+        if self._derived is None and not derived_lane_path(self.path).is_file():
+            return []
+        lane = self.derived_lane()
+        return [lane] if lane.path.is_file() else []
 
     # -- writes -----------------------------------------------------------------------------------
 
@@ -277,8 +321,13 @@ class CoverageStore:
         )
 
     def forget(self, keys: Iterable[CoverageKey]) -> None:
-        """Drop every range and digest of ``keys``: their rows were deleted (a ``replace`` write)."""
-        params = [self._key_params(key) for key in keys]
+        """Drop every range and digest of ``keys``: their rows were deleted (a ``replace`` write).
+
+        From both lanes' files: wherever they were recorded, coverage must not claim deleted rows."""
+        listed = list(keys)
+        for lane in self._lane_stores():
+            lane.forget(listed)
+        params = [self._key_params(key) for key in listed]
         if not params:
             return
         conn = self._connection()
@@ -384,7 +433,13 @@ class CoverageStore:
     # -- queries ----------------------------------------------------------------------------------
 
     def ranges(self, key: CoverageKey) -> tuple[OffsetRange, ...]:
-        """Covered ranges of ``key``, sorted, disjoint, non-adjacent."""
+        """Covered ranges of ``key``, sorted, disjoint, non-adjacent (both lanes' files)."""
+        lanes = self._lane_stores()
+        if not lanes:
+            return self._own_ranges(key)
+        return intervals.union(self._own_ranges(key), *(lane._own_ranges(key) for lane in lanes))
+
+    def _own_ranges(self, key: CoverageKey) -> tuple[OffsetRange, ...]:
         rows = self._connection().execute(
             f"SELECT start_offset, end_offset FROM coverage_ranges WHERE {_KEY_FILTER} ORDER BY start_offset",
             self._key_params(key),
@@ -395,7 +450,19 @@ class CoverageStore:
         """Every content digest recorded for ``key``, oldest first (``seq`` order).
 
         Packed digests (``coverage/compaction.py``) come first, with ``seq`` below 1: they are older than
-        every loose record (a pack takes all of a key's loose records at once)."""
+        every loose record (a pack takes all of a key's loose records at once). The derived lane's file's
+        follow, their ``seq`` shifted past this file's: a key recorded in both (coverage recorded before
+        the lanes had a file each) reads the derived lane's records as the later ones."""
+        own = self._own_digests(key)
+        lanes = self._lane_stores()
+        if not lanes:
+            return own
+        shifted = [
+            replace(d, seq=d.seq + _DERIVED_SEQ_BASE) for lane in lanes for d in lane._own_digests(key)
+        ]
+        return (*own, *shifted)
+
+    def _own_digests(self, key: CoverageKey) -> tuple[RangeDigest, ...]:
         conn = self._connection()
         with _snapshot(conn):  # a compaction moving records between the two tables is seen whole
             packs = conn.execute(
@@ -436,6 +503,14 @@ class CoverageStore:
 
     def keys(self, sink: str | None = None, source: str | None = None) -> tuple[CoverageKey, ...]:
         """Keys with any coverage in this table, optionally filtered by sink and/or source."""
+        lanes = self._lane_stores()
+        own = self._own_keys(sink, source)
+        if not lanes:
+            return own
+        every = {*own, *(k for lane in lanes for k in lane._own_keys(sink, source))}
+        return tuple(sorted(every, key=lambda k: (k.sink, k.source, k.partition)))
+
+    def _own_keys(self, sink: str | None, source: str | None) -> tuple[CoverageKey, ...]:
         sql = f"SELECT DISTINCT sink, source, partition_key FROM coverage_ranges WHERE {_TABLE_FILTER}"
         params: list[str] = list(self._table_params)
         if sink is not None:
@@ -449,6 +524,13 @@ class CoverageStore:
 
     def covered_by_source(self, source: str, partition: str = "") -> tuple[OffsetRange, ...]:
         """Union across every sink of what (source, partition) has delivered: the input to a resume."""
+        lanes = self._lane_stores()
+        own = self._own_covered_by_source(source, partition)
+        if not lanes:
+            return own
+        return intervals.union(own, *(lane._own_covered_by_source(source, partition) for lane in lanes))
+
+    def _own_covered_by_source(self, source: str, partition: str) -> tuple[OffsetRange, ...]:
         rows = self._connection().execute(
             f"SELECT start_offset, end_offset FROM coverage_ranges WHERE {_TABLE_FILTER} "
             "AND source = ? AND partition_key = ?",
@@ -457,7 +539,14 @@ class CoverageStore:
         return intervals.merge(OffsetRange(start, end) for start, end in rows)
 
     def all_for_table(self) -> dict[CoverageKey, tuple[OffsetRange, ...]]:
-        """Every key of this table with its ranges (read from one consistent snapshot)."""
+        """Every key of this table with its ranges (each lane's file read from one consistent snapshot)."""
+        own = self._own_all_for_table()
+        for lane in self._lane_stores():
+            for key, spans in lane._own_all_for_table().items():
+                own[key] = intervals.union(own.get(key, ()), spans)
+        return own
+
+    def _own_all_for_table(self) -> dict[CoverageKey, tuple[OffsetRange, ...]]:
         rows = self._connection().execute(
             "SELECT sink, source, partition_key, start_offset, end_offset FROM coverage_ranges "
             f"WHERE {_TABLE_FILTER} ORDER BY sink, source, partition_key, start_offset",
@@ -471,7 +560,9 @@ class CoverageStore:
     # -- connections ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connections this process opened. The file and its ranges stay."""
+        """Close the connections this process opened. The files and their ranges stay."""
+        if self._derived is not None:
+            self._derived.close()
         pid = os.getpid()
         with self._registry_lock:
             self._closed = True

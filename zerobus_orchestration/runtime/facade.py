@@ -8,7 +8,8 @@ config hash, refcounted). It owns:
   when no endpoint is configured (the embedded default);
 - one long-lived ``StreamPool`` per target table (never a stream per batch or per task);
 - the catalog (``local`` or ``unity``), called before the first write and on schema drift;
-- one coverage store per table, advanced only by the ack lanes;
+- one coverage store per table, advanced only by the ack lanes (each lane kind commits into its own
+  file, so a stalled derived lane never holds the raw lane's commit);
 - read-back through the Iceberg REST catalog.
 
 Correctness never depends on shutdown hooks: ``write`` returns only after the last batch is durable.
@@ -290,7 +291,10 @@ class ZerobusRuntime:
             known = schema if schema is not None else _schema_of(data)
             self._create_when_empty(name, known, role, descriptions, tags, source)
         health = sink.health()
-        compaction.run_due(self.coverage(name), self.config.coverage)  # settled partitions packed
+        store = self.coverage(name)
+        if sink.pool.lane_kind is LaneKind.DERIVED:
+            store = store.derived_lane()  # where this write's lane recorded
+        compaction.run_due(store, self.config.coverage)  # settled partitions packed
         resent = sink.pool.rows_possibly_resent - resent_before
         with self._lock:
             self._rows_resent_after_crash += resent_after_crash
@@ -533,11 +537,17 @@ class ZerobusRuntime:
                     table,
                     self.config.pool,
                     lane=lane,
-                    recorder=self._coverage_locked(table),
+                    recorder=self._recorder_locked(table, lane),
                     metrics=self.metrics,
                 )
                 self._pools[(table, lane)] = pool
             return pool
+
+    def _recorder_locked(self, table: str, lane: LaneKind) -> CoverageStore:
+        """Where ``lane``'s confirmations for ``table`` go: each lane kind commits into its own file, so
+        a stalled derived commit never holds the raw lane's (``CoverageStore.derived_lane``)."""
+        store = self._coverage_locked(table)
+        return store if lane is LaneKind.RAW else store.derived_lane()
 
     def _coverage_locked(self, table: str) -> CoverageStore:
         """The coverage store of ``table`` (a full name), created on first use; hold ``self._lock``."""
