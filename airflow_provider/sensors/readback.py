@@ -1,11 +1,15 @@
 """``ZerobusReadbackSensor``: succeed once Iceberg read-back shows the rows Zerobus delivered.
 
-Deferrable by default when ``[operators] default_deferrable`` is on: one fast check in the worker, then
-``ZerobusReadbackTrigger`` waits in the triggerer with an absolute deadline. Non-deferrable, it pokes
-with the same single attempt. Both go through the core's read-only ``ReadbackService`` (no write
-runtime) and verify the ingest's own record (its XCom: source, partition, delivered offsets), so the
-sensor's worker and the triggerer need no file of the ingest's worker. The core's ``ReadbackStatus``
-decides: a missing table or a lagging snapshot is "not yet"; a permanent error fails the task without
+Deferrable by default: one fast check in the worker, then ``ZerobusReadbackTrigger`` waits in the
+triggerer with an absolute deadline, so the wait for Iceberg (seconds to minutes) holds no worker slot.
+``deferrable=False`` pokes with the same single attempt instead (for a deployment without a triggerer).
+The default timeout is one hour, not ``BaseSensorOperator``'s seven days: Zerobus commits within seconds
+(P95 <= 30 s) and the UniForm conversion follows, so a write not visible after an hour needs a person,
+not more waiting; lost or duplicated rows fail at once whatever the timeout. Both go through the core's
+read-only ``ReadbackService`` (no write runtime) and verify the ingest's own record (its XCom: source,
+partition, delivered offsets), so the sensor's worker and the triggerer need no file of the ingest's
+worker. The core's ``ReadbackStatus`` decides: a missing table or a lagging snapshot is "not yet"; a
+permanent error fails the task without
 retries. Deferring never stores a secret in the trigger's kwargs: secret ``config_overrides`` are
 refused then (put them in the connection, which the triggerer reads itself).
 
@@ -26,7 +30,7 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSensorTimeout
 
 from airflow_provider.hooks.zerobus import ZerobusHook
@@ -45,6 +49,10 @@ from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.readback.record import WriteRecord
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
 from zerobus_orchestration.write_modes import RUN_SEPARATOR, WriteMode
+
+DEFAULT_TIMEOUT_S = 3600.0
+"""An hour: far past Zerobus' time to table and the Iceberg conversion, far short of seven days."""
+DEFAULT_POKE_INTERVAL_S = 5.0
 
 
 class ZerobusReadbackSensor(BaseSensorOperator):
@@ -66,8 +74,9 @@ class ZerobusReadbackSensor(BaseSensorOperator):
     until the timeout.
 
     :param table: the table.
-    :param deferrable: wait in the triggerer (default from ``[operators] default_deferrable``).
+    :param deferrable: wait in the triggerer (default ``True``; ``False`` pokes in a worker slot).
     :param max_poll_interval: ceiling of the trigger's growing poll interval, seconds.
+    ``timeout`` defaults to ``DEFAULT_TIMEOUT_S`` (one hour) and ``poke_interval`` to 5 seconds.
     """
 
     template_fields: Sequence[str] = (
@@ -93,10 +102,12 @@ class ZerobusReadbackSensor(BaseSensorOperator):
         replaces: str | None = None,
         zerobus_conn_id: str = ZerobusHook.default_conn_name,
         config_overrides: Mapping[str, Any] | None = None,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        deferrable: bool = True,
         max_poll_interval: float = 30.0,
         **kwargs: Any,
     ) -> None:
+        kwargs.setdefault("timeout", DEFAULT_TIMEOUT_S)
+        kwargs.setdefault("poke_interval", DEFAULT_POKE_INTERVAL_S)
         super().__init__(**kwargs)
         explicit = (source, partition, replaces)
         if ingest_task_id is not None and any(value is not None for value in explicit):

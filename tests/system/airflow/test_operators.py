@@ -404,6 +404,26 @@ def test_deferrable_sensor_defers_with_primitives_then_completes(
     assert result["verified"] is True and result["rows_scanned"] == 9
 
 
+def test_the_sensor_defers_by_default_with_an_hour_to_wait(hook: ZerobusHook) -> None:
+    """Deferrable unless told otherwise (the old default followed ``[operators] default_deferrable``,
+    off, and poked in a worker slot for up to BaseSensorOperator's seven days)."""
+    with _dag("by_default"):
+        sensor = ZerobusReadbackSensor(
+            task_id="visible", table="main.raw.default_orders", ingest_task_id="ingest"
+        )
+    assert sensor.deferrable is True and sensor.timeout == 3600 and sensor.poke_interval == 5
+    # A record of rows in a table Iceberg does not show (yet): the sensor hands over to the trigger.
+    claimed = {"table": "main.raw.default_orders", "source": "by_default/ingest", "partition": "manual__d/-1"}
+    claimed |= {"offset_start": 0, "offset_end": 9, "rows_written": 9, "rows_skipped": 0}
+    before = time.time()
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(_xcom_context("manual__d", {("ingest", -1): claimed}))
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, ZerobusReadbackTrigger) and trigger.poll_interval == 5
+    assert before + 3599 <= trigger.end_time <= time.time() + 3600
+    assert deferred.value.timeout is not None and deferred.value.timeout.total_seconds() == 3600
+
+
 class _XComTI(SimpleNamespace):
     """The task instance of a direct ``execute`` call, with ``xcom_pull`` over the values given."""
 

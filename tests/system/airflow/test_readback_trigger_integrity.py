@@ -46,8 +46,7 @@ def test_the_deferred_sensor_verifies_the_ingests_record_in_dag_test(
         sensor = ZerobusReadbackSensor(
             task_id="readback",
             table="main.raw.record_ids",
-            ingest_task_id="ingest",
-            deferrable=True,
+            ingest_task_id="ingest",  # deferrable by default: no deferrable=True needed
             poke_interval=0.1,
             max_poll_interval=0.3,
             timeout=60,

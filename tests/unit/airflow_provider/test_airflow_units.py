@@ -57,21 +57,14 @@ def test_ingest_rejects_ambiguous_sources_at_parse_time(kwargs: dict[str, Any], 
         ZerobusIngestOperator(task_id="bad", table="t", **kwargs)
 
 
-def test_sensor_default_deferrable_follows_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    import importlib
-
-    import airflow_provider.sensors.readback as module
-
-    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-    reloaded = importlib.reload(module)
-    try:
-        with _dag():
-            assert reloaded.ZerobusReadbackSensor(task_id="s", table="t").deferrable is True
-    finally:
-        monkeypatch.delenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE")
-        importlib.reload(module)
+def test_sensor_is_deferrable_by_default_with_an_hour_timeout() -> None:
+    """Read-back waits seconds to minutes for Iceberg: deferring is the default (the old default followed
+    ``[operators] default_deferrable``, off out of the box, and poked in a worker slot for 7 days)."""
     with _dag():
-        assert module.ZerobusReadbackSensor(task_id="s2", table="t").deferrable is False
+        sensor = ZerobusReadbackSensor(task_id="s", table="t")
+        poking = ZerobusReadbackSensor(task_id="p", table="t", deferrable=False, timeout=60, poke_interval=1)
+    assert (sensor.deferrable, sensor.timeout, sensor.poke_interval) == (True, 3600, 5)
+    assert (poking.deferrable, poking.timeout, poking.poke_interval) == (False, 60, 1)
 
 
 def test_coverage_keys_are_stable_per_task_instance() -> None:
