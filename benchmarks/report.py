@@ -56,6 +56,7 @@ SMALL: dict[str, list[str]] = {
     "memory_100": ["--gb", "1", "--batch-mb", "100"],
     "memory_10": ["--gb", "1", "--batch-mb", "10"],
     "scaling_no_iceberg": ["--mb", "64", "--configs", "1x1,4x1", "--emulator-arg=--no-iceberg"],
+    "isolation": ["--mb", "64"],
 }
 FULL: dict[str, list[str]] = {
     "pipelining": [],
@@ -72,6 +73,7 @@ FULL: dict[str, list[str]] = {
         "3",
         "--emulator-arg=--no-iceberg",
     ],
+    "isolation": ["--mb", "128", "--repetitions", "3"],
 }
 REPORT_COMMAND = {
     "full": "make bench-report BENCH_REPORT_ARGS=--full",  # python benchmarks/report.py --full
@@ -84,6 +86,7 @@ SCRIPT = {
     "memory_100": "memory.py",
     "memory_10": "memory.py",
     "scaling_no_iceberg": "scaling.py",
+    "isolation": "isolation.py",
 }
 
 
@@ -543,6 +546,42 @@ def pipelining_section(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def isolation_section(data: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Per-stream isolation (official SDK + the emulator in its own process)",
+        "",
+        f"Transport: **{SDK}**, the pool's defaults ({data['streams']} streams per table, "
+        f"`pool.max_inflight_bytes` {data['max_inflight_mb']} MB: one share per stream), one pushing "
+        f"thread, {data['mb_per_scenario']} MB of payload per scenario in {data['batch_mb']} MB batches. "
+        f"The emulator throttles every stream to {data['per_stream_mb_s_limit']:g} MB/s (standing in for "
+        "the service's per-stream quota), so a stream's own rate is that bound. *delayed*: the table's "
+        f"second stream acknowledges every batch {data['delay_s']:g} s late (`delay_acks` aimed at it). "
+        "A stream's rate is the stamped bytes it delivered over the time from the first push to its last "
+        "acknowledgement (ADR 0008).",
+        f"Command: `{data.get('_command', 'python benchmarks/isolation.py --json')}`.",
+        "",
+        "| scenario | stream 0 MB/s | stream 1 MB/s | push s | in flight, peak MB | RSS growth MB |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for run in data["runs"]:
+        first, second = run["stream_mb_s"][0], run["stream_mb_s"][1]
+        lines.append(
+            f"| {run['scenario']} | {first:.2f} | {second:.2f} | {run['push_s']:.1f} | "
+            f"{run['inflight_peak_mb']:.1f} | {run['rss_growth_mb']:.0f} |"
+        )
+    lines += [
+        "",
+        f"The healthy stream keeps **{data['ratio']:.3f}** of its rate without the delay (median of "
+        f"{data['repetitions']} interleaved pair(s), {data['ratio_min']:.3f}-{data['ratio_max']:.3f}; target "
+        f">= 0.9): {data['delayed_healthy_mb_s']:.2f} against {data['baseline_mb_s']:.2f} MB/s. Memory stays "
+        f"within the documented bound: at most {data['inflight_peak_mb']:.1f} MB in flight (the budget is "
+        f"{data['max_inflight_mb']} MB), RSS up {data['rss_growth_mb']:.0f} MB at most (documented: about "
+        f"twice the budget plus one input batch, {data['rss_bound_mb']:.0f} MB).",
+        "",
+    ]
+    return lines
+
+
 @dataclass(frozen=True)
 class Hand:
     """A figure the page quotes that no benchmark's JSON carries: measured by hand, with where from.
@@ -743,6 +782,9 @@ def render() -> str:
     pipelining = data.get("pipelining")
     if pipelining:
         lines += pipelining_section(pipelining)
+    isolation = data.get("isolation")
+    if isolation:
+        lines += isolation_section(isolation)
     without = data.get("scaling_no_iceberg")
     if scaling and without:
         lines += limits_section(scaling, without, throughput)

@@ -226,6 +226,50 @@ def test_scaling_repetitions_report_each_configuration_once_with_its_spread() ->
         assert row[f"{rate}_min"] <= row[rate] <= row[f"{rate}_max"]
 
 
+ISOLATION_RUN = {
+    "scenario": str,
+    "stream_mb_s": list,
+    "healthy_mb_s": NUMBER,
+    "push_s": NUMBER,
+    "inflight_peak_mb": NUMBER,
+    "rss_growth_mb": NUMBER,
+}
+
+
+@pytest.mark.integration
+def test_isolation_smoke_prints_its_json_shape() -> None:
+    result = run_benchmark("isolation.py", "--smoke", "--json")
+    assert_shape(
+        result,
+        {
+            "transport": str,
+            "machine": str,
+            "cpus": int,
+            "mb_per_scenario": NUMBER,
+            "batch_mb": NUMBER,
+            "delay_s": NUMBER,
+            "per_stream_mb_s_limit": NUMBER,
+            "streams": int,
+            "max_inflight_mb": NUMBER,
+            "repetitions": int,
+            "baseline_mb_s": NUMBER,
+            "delayed_healthy_mb_s": NUMBER,
+            "ratio": NUMBER,
+            "ratio_min": NUMBER,
+            "ratio_max": NUMBER,
+            "inflight_peak_mb": NUMBER,
+            "rss_growth_mb": NUMBER,
+            "rss_bound_mb": NUMBER,
+            "runs": list,
+        },
+        "isolation",
+    )
+    assert [run["scenario"] for run in result["runs"]] == ["baseline", "delayed"]
+    for i, run in enumerate(result["runs"]):
+        assert_shape(run, ISOLATION_RUN, f"isolation.runs[{i}]")
+        assert len(run["stream_mb_s"]) == result["streams"] == 2
+
+
 def test_parquet_codec_smoke_prints_its_json_shape() -> None:
     result = run_benchmark("parquet_codec.py", "--mb", "1", "--repetitions", "1", "--json")
     row = {
