@@ -299,8 +299,22 @@ def ingest(
 @app.command()
 def readback(
     table: Annotated[str, typer.Option("--table", help="Target table, catalog.schema.table.")],
-    source: Annotated[str | None, typer.Option("--source", help="Only this source's coverage.")] = None,
-    partition: Annotated[str | None, typer.Option("--partition", help="Only this partition.")] = None,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--source",
+            help="The source that wrote the rows (Dagster: the asset key, e.g. raw/orders; Airflow: "
+            "<dag_id>/<task_id>). Alone: its latest run.",
+        ),
+    ] = None,
+    partition: Annotated[
+        str | None,
+        typer.Option(
+            "--partition",
+            help="The partition (a Dagster partition key, an Airflow run's '<run_id>/<map_index>'): its "
+            "latest run is verified; '<key>@<run id>' names one run.",
+        ),
+    ] = None,
     wait: Annotated[
         float | None, typer.Option("--wait", help="Seconds to wait for Iceberg metadata (default: config).")
     ] = None,
@@ -311,11 +325,13 @@ def readback(
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Verify through Iceberg that every delivered range is readable; exit 1 if something is missing.
+    """Verify through Iceberg that a write's rows are all there, once: --table T --source S [--partition P].
 
-    Read-only: no write runtime. What was delivered comes from this host's coverage cache when it has
-    one, else from the table itself (the Delta log's ``_twg_source``/``_twg_offset``, ``--source``
-    needed): then everything durable in Delta must be visible through Iceberg, with no gap.
+    Exit 1 unless verified (lost, duplicated, not visible yet, ...). Read-only: no write runtime. What
+    was delivered comes from this host's coverage cache when it has one, else from the table itself (the
+    Delta log's ``_twg_source``/``_twg_offset``, ``--source`` needed): then everything durable in Delta
+    must be visible through Iceberg, with no gap. A partition given without its run (Dagster writes
+    ``<partition key>@<run id>``) stands for its latest run, found in the table.
     """
     from zerobus_orchestration.runtime.registry import close_all_runtimes, readback_service
 
@@ -343,7 +359,9 @@ def readback(
         f"{summary.get('duplicate_count', 0)} duplicate(s), {summary.get('rows_outside_coverage', 0)} "
         f"row(s) outside what was delivered; expected ranges from {origin}"
     )
-    if outcome.report is None:
+    if summary.get("latest_run"):
+        human = f"{human}; latest run: {summary['latest_run']!r}"
+    if outcome.report is None or not outcome.status.is_successful:
         human = f"{human}\n{outcome.message}"
     emit(summary, as_json, human)
     if not outcome.status.is_successful:

@@ -185,6 +185,38 @@ class HeldTwice:
 def positions_held_twice(reader: TableReader, *, prefix: str) -> dict[str, HeldTwice]:
     """Per ``_twg_source`` tag starting with ``prefix`` (``""``: every tag), the positions the table
     holds more than once (at-least-once re-sends). Reads the two reserved columns of those rows."""
+    rows = _rows_of_tags(reader, prefix, [SOURCE, OFFSET])
+    rows = pa.table({"tag": rows.column(SOURCE), "at": pc.cast(rows.column(OFFSET), pa.int64())})
+    counts = rows.group_by(["tag", "at"]).aggregate([([], "count_all")])
+    twice = counts.filter(pc.greater(counts["count_all"], 1))
+    found: dict[str, HeldTwice] = {}
+    for tag in sorted(str(t) for t in pc.unique(twice["tag"]).to_pylist() if t is not None):
+        mine = twice.filter(pc.equal(twice["tag"], tag))
+        extra = int(pc.sum(pc.subtract(mine["count_all"], 1)).as_py() or 0)
+        found[tag] = HeldTwice(offsets_to_ranges(mine["at"].combine_chunks()), extra)
+    return found
+
+
+def first_stamps(reader: TableReader, *, prefix: str) -> dict[str, dt.datetime | None]:
+    """Per ``_twg_source`` tag starting with ``prefix``, when its earliest row was stamped (``None`` in a
+    table without ``_twg_emit_ts``): how runs of one source are told apart in time."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(reader.uri, storage_options=reveal(reader.storage_options) or None)
+    stamped = any(field.name == EMIT_TS for field in table.schema().fields)
+    rows = _rows_of_tags(reader, prefix, [SOURCE, EMIT_TS] if stamped else [SOURCE])
+    if not stamped:
+        return {str(t): None for t in pc.unique(rows.column(SOURCE)).to_pylist() if t is not None}
+    first = rows.group_by([SOURCE]).aggregate([(EMIT_TS, "min")])
+    return {
+        str(tag): stamp
+        for tag, stamp in zip(first[SOURCE].to_pylist(), first[f"{EMIT_TS}_min"].to_pylist(), strict=True)
+        if tag is not None
+    }
+
+
+def _rows_of_tags(reader: TableReader, prefix: str, columns: list[str]) -> pa.Table:
+    """``columns`` of the rows whose ``_twg_source`` starts with ``prefix``, plain types."""
     import pyarrow.dataset as ds  # loads pandas (~0.4 s): only a table-truth read pays for it
     from deltalake import DeltaTable, QueryBuilder
     from deltalake.exceptions import DeltaError
@@ -194,26 +226,16 @@ def positions_held_twice(reader: TableReader, *, prefix: str) -> dict[str, HeldT
         dataset = _pyarrow_dataset(table)
         if dataset is None:
             where = f'starts_with("{SOURCE}", {_sql_string(prefix)})'
-            query = f'SELECT "{SOURCE}", "{OFFSET}" FROM raw WHERE {where}'
+            selected = ", ".join(f'"{c}"' for c in columns)
+            query = f"SELECT {selected} FROM raw WHERE {where}"
             rows = pa.table(QueryBuilder().register("raw", table).execute(query).read_all())
         else:
             wanted = pc.starts_with(ds.field(SOURCE), pattern=prefix)
-            rows = dataset.to_table(columns=[SOURCE, OFFSET], filter=wanted)
+            rows = dataset.to_table(columns=columns, filter=wanted)
     except (DeltaError, OSError, pa.ArrowException) as exc:
-        raise TableTruthError(
-            f"table {reader.table}: cannot read {SOURCE}/{OFFSET} at {reader.uri}: {exc}"
-        ) from exc
-    rows = pa.table(
-        {"tag": pc.cast(rows.column(SOURCE), pa.string()), "at": pc.cast(rows.column(OFFSET), pa.int64())}
-    )
-    counts = rows.group_by(["tag", "at"]).aggregate([([], "count_all")])
-    twice = counts.filter(pc.greater(counts["count_all"], 1))
-    found: dict[str, HeldTwice] = {}
-    for tag in sorted(str(t) for t in pc.unique(twice["tag"]).to_pylist() if t is not None):
-        mine = twice.filter(pc.equal(twice["tag"], tag))
-        extra = int(pc.sum(pc.subtract(mine["count_all"], 1)).as_py() or 0)
-        found[tag] = HeldTwice(offsets_to_ranges(mine["at"].combine_chunks()), extra)
-    return found
+        raise TableTruthError(f"table {reader.table}: cannot read {columns} at {reader.uri}: {exc}") from exc
+    # DataFusion answers with view types (Utf8View), which pyarrow cannot compare, filter or sort.
+    return rows.set_column(0, SOURCE, pc.cast(rows.column(SOURCE), pa.string()))
 
 
 def other_runs(reader: TableReader, *, source: str, partition: str, replace_key: str) -> dict[str, int]:

@@ -45,7 +45,7 @@ from zerobus_orchestration.readback.coverage_check import MissingRange
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
 from zerobus_orchestration.resume.truth import emission_bound
 from zerobus_orchestration.tables import TableName
-from zerobus_orchestration.write_modes import source_tag
+from zerobus_orchestration.write_modes import RUN_SEPARATOR, logical_partition, partition_of_tag, source_tag
 
 # The Iceberg side of read-back (pyiceberg's catalog and REST client, ~1 s to import) is imported where
 # it is first used: a process that only writes builds this service too (the runtime's delta_version and
@@ -81,6 +81,8 @@ class Expected:
     # No row of these keys was stamped before it (``resume.truth.emission_bound``): the scan reads only
     # files of rows stamped since. None: unknown, every file whose tag statistics admit them is read.
     emitted_since: dt.datetime | None = None
+    # The run a partition given without one was resolved to (``"<partition>@<run>"``), if it was.
+    latest_run: str | None = None
 
 
 class ReadbackService:
@@ -193,9 +195,17 @@ class ReadbackService:
     ) -> Expected:
         """What to verify: the write's record (``ranges``), else this host's cache, else the table.
 
-        Raises ``NothingToVerifyError`` when none of them holds a delivered row.
+        A ``partition`` named without its run (Dagster writes ``"<partition key>@<run id>"``, a replace
+        ``"<key>@<run>"``) stands for its latest run (``latest_run``); with no ``partition`` and nothing
+        cached for ``source``, the latest run of the source. Raises ``NothingToVerifyError`` when none
+        of them holds a delivered row.
         """
         name = TableName.parse(table).full_name
+        if ranges is None and source is not None:
+            run = self.latest_run(name, source, partition)
+            if run is not None and run != partition:
+                found = self.expected(name, source=source, partition=run)
+                return replace(found, latest_run=run)
         if ranges is not None:
             if source is None:
                 raise ConfigError(f"read-back of {name}: delivered ranges need the source they belong to")
@@ -215,6 +225,32 @@ class ReadbackService:
                 name, source, partition, "no write record and no coverage on this host; name the --source"
             )
         return self._expected_from_table(name, source, partition or "")
+
+    def latest_run(self, table: str, source: str, partition: str | None) -> str | None:
+        """The coverage partition of the latest run of ``source``'s logical ``partition`` (``None``: of
+        the source), or ``partition`` itself when it names a run, is cached here, or nothing matches.
+
+        Runs are ordered by when their first row was stamped (``_twg_emit_ts``, read from the table);
+        a partition the table holds under its own name (an Airflow or CLI write) is its own run.
+        """
+        name = TableName.parse(table).full_name
+        if partition is not None and RUN_SEPARATOR in partition:
+            return partition
+        if self._has_cache() and self.coverage_map(name, source=source, partition=partition):
+            return partition  # this host wrote it: what it holds is what to verify
+        reader = table_truth.reader_for(self.catalog, self.config, name)
+        if reader is None:
+            return partition
+        runs: dict[str, tuple[dt.datetime, str]] = {}
+        oldest = dt.datetime.min.replace(tzinfo=dt.UTC)
+        for tag, stamp in table_truth.first_stamps(reader, prefix=source).items():
+            part = partition_of_tag(tag, source)
+            if part is None or (partition is not None and logical_partition(part) != partition):
+                continue
+            if part == partition:
+                return partition
+            runs[part] = (stamp or oldest, part)
+        return max(runs, key=runs.__getitem__) if runs else partition
 
     def verify_once(
         self,
@@ -469,6 +505,8 @@ def _with_expected(outcome: ReadbackOutcome, expected: Expected) -> ReadbackOutc
         return outcome
     report: dict[str, Any] = dict(outcome.report)
     report["expected_from"] = expected.origin.value
+    if expected.latest_run is not None:
+        report["latest_run"] = expected.latest_run
     report["expected_rows"] = sum(len(span) for spans in expected.coverage.values() for span in spans)
     not_durable: list[dict[str, Any]] = [
         {
