@@ -41,7 +41,11 @@ class SinkMetrics:
             registry=r,
         )
         self.pending_offsets = Gauge(
-            "zerobus_pending_offsets", "Batches submitted and not yet durable.", _STREAM_LABELS, registry=r
+            "zerobus_pending_offsets",
+            "Batches in the stream's ack channel: submitted and not yet confirmed durable (at most its "
+            "capacity, min(pool.ack_channel_capacity, sdk.max_inflight_batches)).",
+            _STREAM_LABELS,
+            registry=r,
         )
         self.inflight_bytes = Gauge(
             "zerobus_inflight_bytes",
@@ -90,7 +94,9 @@ class SinkMetrics:
         )
         self.stream_rebuilds = Counter(
             "zerobus_stream_rebuilds_total",
-            "Pool members re-opened after a poisoned stream.",
+            "Pool members back in service on a new stream after theirs failed (poisoned, stopped by a "
+            "concurrency reject, transient retries spent, or refused at submit); re-opens for a schema "
+            "change are not counted.",
             _STREAM_LABELS,
             registry=r,
         )

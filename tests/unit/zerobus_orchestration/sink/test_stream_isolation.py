@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import pyarrow as pa
 import pytest
 
 from tests.support.sink_helpers import TABLE, CountingRecorder, rows
@@ -182,3 +183,59 @@ def test_the_shares_sum_to_the_budget(metrics: SinkMetrics, streams: int) -> Non
     )
     limits = [share.limit for share in pool.budget.shares]
     assert sum(limits) == 1_000_003 and max(limits) - min(limits) <= 1 and len(limits) == streams
+
+
+class StuckSubmit:
+    """A stream whose next ``submit`` waits until the test lets it go (a transport stuck mid-call)."""
+
+    def __init__(self, inner: MemoryStream) -> None:
+        self._inner = inner
+        self.stuck = threading.Event()
+        self.release = threading.Event()
+        self.armed = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def submit(self, batch: pa.RecordBatch) -> int:
+        if self.armed:
+            self.armed = False
+            self.stuck.set()
+            self.release.wait(30)
+        return self._inner.submit(batch)
+
+
+class StuckTransport(MemoryTransport):
+    def __init__(self) -> None:
+        super().__init__(LatencyModel(base_s=0.002))
+        self.wrapped: list[StuckSubmit] = []
+
+    def open_stream(self, table: str, schema: pa.Schema) -> StuckSubmit:  # type: ignore[override]
+        stream = StuckSubmit(super().open_stream(table, schema))
+        self.wrapped.append(stream)
+        return stream
+
+
+def test_an_unkeyed_push_does_not_queue_behind_a_submit_stuck_in_the_transport(metrics: SinkMetrics) -> None:
+    """Should a submit still hang inside the transport (holding its stream), pushes free to go elsewhere
+    take the other stream instead of waiting for it."""
+    transport = StuckTransport()
+    pool = two_streams(metrics, transport, max_inflight_bytes=1_000 * ONE)
+    first = transport.wrapped[0]
+    stuck_member = member_of(pool, first._inner)
+    key = next(k for k in (f"k{i}" for i in range(100)) if stable_index(k, pool.size) == stuck_member)
+    first.armed = True
+    stuck, _, stuck_errors = pushing(pool, 1, key=key)
+    assert first.stuck.wait(10)
+    free, went, errors = pushing(pool, 20)
+    free.join(timeout=20)
+    try:
+        assert not free.is_alive(), f"an unkeyed push waited behind the stuck submit after {len(went)}"
+        assert errors == [] and set(went) == {1 - stuck_member}
+    finally:
+        first.release.set()
+    stuck.join(timeout=10)
+    assert stuck_errors == []
+    pool.flush(timeout=30)
+    assert pool.health().delivered == 21
+    pool.close()
