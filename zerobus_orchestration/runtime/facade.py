@@ -303,9 +303,9 @@ class ZerobusRuntime:
             superseded = self._supersede(name, source, partition, replace_key)
         if resent:
             log.warning(
-                "%s: the write succeeded, but the SDK reconnected stream(s) during it and re-sent up to %d "
-                "row(s) that may already have been durable: they may be in the table twice (read-back "
-                "counts duplicates)",
+                "%s: the write succeeded, but stream(s) reconnected during it (the SDK's recovery or a pool "
+                "rebuild) and re-sent up to %d row(s) that may already have been durable: they may be in the "
+                "table twice (read-back says duplicated; zerobus-orch repair --dedupe removes them)",
                 name,
                 resent,
             )

@@ -72,6 +72,9 @@ class Member:
     recoveries_base: int = 0
     resent_base: int = 0
     """SDK reconnects and rows possibly re-sent seen by this member's retired lanes."""
+    resubmitted_rows: int = 0
+    """Rows of unacknowledged batches re-submitted on a rebuilt stream: the service may have made them
+    durable on the dead one without acknowledging them, so they may be in the table twice."""
     confirm_errors_base: int = 0
     last_confirm_error: str | None = None
     failed_batches: int = 0
@@ -114,7 +117,8 @@ class Member:
 
     @property
     def rows_possibly_resent(self) -> int:
-        return self.resent_base + (self.lane.rows_possibly_resent if self.lane is not None else 0)
+        lane = self.lane.rows_possibly_resent if self.lane is not None else 0
+        return self.resent_base + self.resubmitted_rows + lane
 
     @property
     def retries(self) -> int:

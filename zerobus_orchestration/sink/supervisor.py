@@ -358,6 +358,7 @@ class Supervisor:
                     dropped = self._drop_rejected_locked(member)
                     break
                 lane.put_resubmitted(item.moved_to(offset))
+                member.resubmitted_rows += item.rows  # counted in rows_possibly_resent
             else:
                 if member.serve():
                     pool.metrics.stream_rebuilds.labels(

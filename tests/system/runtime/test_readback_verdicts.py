@@ -99,3 +99,65 @@ def test_a_re_sent_copy_is_duplicated_not_verified(runtime: ZerobusRuntime) -> N
         "count": 2,
     }
     assert "repair --dedupe" in outcome.message
+
+
+ACK_TIMEOUT_MS = 800
+
+
+@pytest.mark.parametrize(
+    "sdk_recovery", [True, False], ids=["sdk-replays-in-stream", "pool-rebuilds-and-resubmits"]
+)
+def test_withheld_acks_leave_duplicates_the_result_counts_and_repair_removes(
+    tmp_path: Path, sdk_recovery: bool
+) -> None:
+    """The emulator writes batches durably but never acknowledges them on the first stream. Either the
+    SDK reconnects and replays them itself, or (recovery off) the stream dies and the pool re-submits
+    them on a new one: both land them twice. The write's result counts the re-sent rows (the pool's
+    re-submits counted 0 before), read-back says DUPLICATED with the real count, and ``repair --dedupe``
+    leaves each row once, after which read-back verifies."""
+    from zerobus_orchestration.emulator.faults import FaultKind, FaultSpec
+    from zerobus_orchestration.runtime.dedupe import dedupe
+    from zerobus_orchestration.testing.settings import FAULT_TEST_SDK_OPTIONS
+
+    sdk = FAULT_TEST_SDK_OPTIONS.model_copy(
+        update={
+            "server_lack_of_ack_timeout_ms": ACK_TIMEOUT_MS,
+            "flush_timeout_ms": 10_000,
+            "recovery": sdk_recovery,
+        }
+    )
+    config = embedded_test_config(
+        tmp_path / "wh",
+        sdk=sdk,
+        pool={"min_streams": 1},
+        readback=ReadbackConfig(wait_timeout_s=60, poll_initial_s=0.05, poll_max_s=0.5),
+    )
+    runtime = acquire_runtime(config)
+    try:
+        assert runtime.emulator is not None
+        runtime.reconcile(TABLE, pa.schema([("id", pa.int64()), ("day", pa.string())]))
+        runtime.emulator.faults.add(
+            FaultSpec(kind=FaultKind.WITHHOLD_ACKS, table=TABLE, protocol="arrow", after_batches=2)
+        )
+        batches = [_events(2_000).slice(i * 100, 100).to_batches()[0] for i in range(20)]
+        result = runtime.write(TABLE, pa.Table.from_batches(batches), source=SOURCE, partition=PARTITION)
+
+        # The fault acted: a second stream, opened by the SDK or by the pool's rebuild.
+        assert runtime.emulator.streams_opened(TABLE) == 2
+        assert runtime.health().pools[0].rebuilds == (0 if sdk_recovery else 1)
+        landed = DeltaTable(table_uri(config.warehouse, TABLE)).to_pyarrow_table(columns=["_twg_offset"])
+        duplicates = landed.num_rows - len(set(landed.column("_twg_offset").to_pylist()))
+        assert result.rows_written == 2_000 and duplicates > 0
+        assert duplicates <= result.rows_possibly_resent <= 2_000
+
+        outcome = runtime.verify(TABLE, source=SOURCE, partition=PARTITION)
+        assert outcome.status is ReadbackStatus.DUPLICATED, outcome.message
+        assert outcome.duplicate_count == duplicates and not outcome.verified
+
+        report = dedupe(runtime.catalog, config, TABLE, source=SOURCE, partition=PARTITION)
+        assert report.removed_rows == duplicates
+        repaired = runtime.verify(TABLE, source=SOURCE, partition=PARTITION)
+        assert repaired.status is ReadbackStatus.VERIFIED, repaired.message
+        assert repaired.rows_scanned == 2_000 and repaired.duplicate_count == 0
+    finally:
+        close_all_runtimes()
