@@ -39,6 +39,8 @@ from zerobus_orchestration.testing.settings import TEST_SDK_OPTIONS
 
 ROWS, BATCH_ROWS = 200_000, 2_000
 FAST_CATCH_UP = {"catch_up_settle_s": 0.5, "catch_up_max_s": 15.0}
+# One stream per writer: a withhold or throttle armed for "the writer's stream" then covers all it sends.
+ONE_STREAM = {"min_streams": 1, "ack_channel_capacity": RESUME_CAPACITY}
 
 
 @pytest.fixture(autouse=True)
@@ -97,7 +99,7 @@ def test_same_state_dir_skips_rows_durable_but_never_recorded(tmp_path: Path) ->
         "warehouse": str(tmp_path / "wh"),
         "emulator": {"mode": "in_process", "time_to_table_s": 0.2, "iceberg_lag_s": 0.3},
         "sdk": TEST_SDK_OPTIONS.model_dump(),
-        "pool": {"ack_channel_capacity": RESUME_CAPACITY},
+        "pool": ONE_STREAM,
         "coverage": FAST_CATCH_UP,
     }
     # Acks stop after batch 5; kill well before the ack channel fills (a full channel blocks the writer
@@ -142,7 +144,7 @@ def remote_settings(emulator: Emulator, warehouse: Path, state_dir: Path) -> dic
         "warehouse": str(warehouse),
         "state_dir": str(state_dir),
         "sdk": TEST_SDK_OPTIONS.model_dump(),
-        "pool": {"ack_channel_capacity": RESUME_CAPACITY},
+        "pool": ONE_STREAM,
         "coverage": FAST_CATCH_UP,
     }
 
@@ -180,7 +182,7 @@ def test_rows_resent_after_crash_counts_every_duplicate_the_resume_sends(tmp_pat
         "warehouse": str(tmp_path / "wh"),
         "emulator": {"mode": "in_process", "time_to_table_s": 0.2, "iceberg_lag_s": 0.3},
         "sdk": TEST_SDK_OPTIONS.model_dump(),
-        "pool": {"ack_channel_capacity": RESUME_CAPACITY},
+        "pool": ONE_STREAM,
         "coverage": {**FAST_CATCH_UP, "consult_table": False},
     }
     kill_writer_after(settings, 8, "5", linger_s=0.3)  # acks withheld after batch 5: durable, unrecorded
