@@ -47,7 +47,12 @@ from dagster_defs.output_table import (
 )
 from dagster_defs.resource import ZerobusResource
 from zerobus_orchestration.config import Role
-from zerobus_orchestration.errors import NothingToVerifyError, PlanRefusedError, WriteBoundaryError
+from zerobus_orchestration.errors import (
+    NothingToVerifyError,
+    PlanRefusedError,
+    RunSupersededError,
+    WriteBoundaryError,
+)
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
 from zerobus_orchestration.reserved import is_reserved
 from zerobus_orchestration.runtime.facade import ZerobusRuntime
@@ -55,6 +60,7 @@ from zerobus_orchestration.runtime.results import WriteResult
 from zerobus_orchestration.write_modes import WriteMode, source_tag
 
 SUPERSEDED = "zerobus/superseded_runs"  # output metadata of a replace write: the runs whose rows it deleted
+SUPERSEDED_BY = "zerobus/superseded_by"  # failure metadata of a replace run a newer run of its partition won
 
 
 class ZerobusIOManager(dg.ConfigurableIOManagerFactory):  # type: ignore[type-arg]
@@ -221,6 +227,18 @@ def _failure_explained(
         raise dg.Failure(
             description=str(exc),
             metadata={"table": table, "reasons": dg.MetadataValue.json(list(exc.reasons))},
+            allow_retries=False,
+        ) from exc
+    except RunSupersededError as exc:
+        # A newer run of the partition holds it (the table's order): a retry of this one cannot win.
+        raise dg.Failure(
+            description=str(exc),
+            metadata={
+                "table": exc.table,
+                KEY_SOURCE_TAG: exc.run,
+                SUPERSEDED_BY: exc.winner,
+                SUPERSEDED: dg.MetadataValue.json(list(exc.superseded)),
+            },
             allow_retries=False,
         ) from exc
     except Exception as exc:

@@ -124,6 +124,10 @@ def write_metadata(
         metadata["dagster/uri"] = uri
     if result.delta_version is not None:
         metadata[KEY_DELTA_VERSION] = int(result.delta_version)
+    if (
+        getattr(result, "run_order_version", None) is not None
+    ):  # a replace: its place in the partition's order
+        metadata["zerobus/run_order_version"] = int(result.run_order_version)
     return metadata
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         PreconditionsUnmetError,
         ReadbackTimeoutError,
         ResumeMismatchError,
+        RunSupersededError,
         WriteBoundaryError,
         ZerobusOrchestrationError,
     )
@@ -65,6 +66,7 @@ _EXPORTS: dict[str, str] = {
     "PreconditionsUnmetError": "zerobus_orchestration.errors",
     "DeliveryFailedError": "zerobus_orchestration.sink",
     "ResumeMismatchError": "zerobus_orchestration.errors",
+    "RunSupersededError": "zerobus_orchestration.errors",
     "ReadbackTimeoutError": "zerobus_orchestration.errors",
 }
 
@@ -80,6 +82,7 @@ __all__ = [
     "ReadbackTimeoutError",
     "Receipt",
     "ResumeMismatchError",
+    "RunSupersededError",
     "WriteBoundaryError",
     "WriteResult",
     "ZerobusConfig",

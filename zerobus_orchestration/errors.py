@@ -102,6 +102,38 @@ class ResumeMismatchError(ZerobusOrchestrationError, ValueError):
         self.span = span
 
 
+class RunSupersededError(ZerobusOrchestrationError):
+    """A ``replace`` run found a newer run of its logical partition in the table: the newer one's rows
+    are the partition's. Retrying cannot change the order (the table assigned it), so not retriable.
+
+    ``table``, ``partition`` (the logical partition), ``run`` (this run's ``_twg_source`` tag),
+    ``winner`` (the newer run's tag), ``deleted_own`` (this run's rows were removed: by the newer run,
+    or by this run cleaning up what landed after that), ``superseded`` (older runs this run deleted),
+    ``birth_version`` (the Delta version this run's rows became visible at, where it got that far).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str,
+        partition: str,
+        run: str,
+        winner: str,
+        deleted_own: bool,
+        superseded: Sequence[str] = (),
+        birth_version: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.table = table
+        self.partition = partition
+        self.run = run
+        self.winner = winner
+        self.deleted_own = deleted_own
+        self.superseded = tuple(superseded)
+        self.birth_version = birth_version
+
+
 class UnsupportedType(ZerobusOrchestrationError, TypeError):
     """An Arrow type Delta cannot hold; the message names the type and what to cast it to."""
 

@@ -1,21 +1,31 @@
-"""Write modes: ``append`` (every run adds its rows) and ``replace`` (a run supersedes its partition's).
+"""Write modes and a partition's lifecycle: the values every adapter maps its context onto.
 
-Values only; the replace step itself is ``runtime/supersede.py`` (docs/adr/0007-write-modes.md).
+Values only; the order of runs is read from the table by ``coverage/run_order.py``, and the replace
+step itself is ``runtime/supersede.py`` (docs/adr/0007-write-modes.md).
 
-A run's coverage partition is ``"<logical partition>@<run>"`` (Dagster: the partition key and the root
-run id); the logical partition is what precedes the last ``@``. A tag with no ``@`` in its partition is
-its own logical partition. ``replace`` is refused on a primary-raw table: raw is append-only by design
-(ADR 0001), and deleting from it would break every other reader's resume and read-back.
+A *logical partition* of a source (Dagster: asset key and partition key, ``""`` for an unpartitioned
+asset; Airflow: dag and task, then the explicit partition, else the logical date, with the map index;
+CLI and Python: ``partition=``) is written by *runs*. A run's coverage partition is
+``"<logical partition>@<run>"`` (Dagster: the root run id; Airflow: the DAG run id; CLI: one per
+command), and ``"#<n>"`` after the run names its n-th revision: the same run re-executed with other
+content (an Airflow task cleared after its input was corrected). ``PartitionRun`` is that identity; the
+logical partition is what precedes the last ``@``, and a partition without ``@`` is its own (a write
+that names no run: each write of it resumes the last).
+
+What a re-run does is the write mode's: ``append`` keeps every run's rows; ``replace`` supersedes the
+partition's older runs once its own rows are visible (``runtime/supersede.py``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from zerobus_orchestration.config import Role
 from zerobus_orchestration.errors import ConfigError
 
 RUN_SEPARATOR = "@"
+REVISION_SEPARATOR = "#"
 
 
 class WriteMode(StrEnum):
@@ -31,6 +41,64 @@ class WriteMode(StrEnum):
                 f"{where}: write mode {value!r} is not one of {[m.value for m in cls]}; fix: set "
                 "write_mode to 'append' (the default) or 'replace'"
             ) from None
+
+
+@dataclass(frozen=True)
+class PartitionRun:
+    """One run of a logical partition of a source: the identity every adapter maps its context onto.
+
+    ``key``: the logical partition (``""``: the whole table); ``run``: the run's id, None when the write
+    names none (a partition without ``@``); ``revision``: 1, or n when the run was re-executed with other
+    content the n-th time (``#<n>`` after the run). The coverage partition is ``partition``, the rows'
+    ``_twg_source`` is ``tag``.
+    """
+
+    source: str
+    key: str
+    run: str | None
+    revision: int = 1
+
+    @classmethod
+    def of(cls, source: str, partition: str) -> PartitionRun:
+        """The run a write of ``(source, partition)`` is: ``"key@run#n"`` -> key, run, revision n."""
+        key, sep, run = partition.rpartition(RUN_SEPARATOR)
+        if not sep:
+            return cls(source, partition, None)
+        base, mark, number = run.rpartition(REVISION_SEPARATOR)
+        if mark and number.isdigit() and int(number) >= 2:
+            return cls(source, key, base, int(number))
+        return cls(source, key, run)
+
+    @classmethod
+    def of_tag(cls, tag: str, source: str) -> PartitionRun | None:
+        """The run a ``_twg_source`` tag of ``source`` names; None for another source's tag."""
+        partition = partition_of_tag(tag, source)
+        return None if partition is None else cls.of(source, partition)
+
+    @property
+    def named(self) -> bool:
+        return self.run is not None
+
+    @property
+    def partition(self) -> str:
+        if self.run is None:
+            return self.key
+        revision = f"{REVISION_SEPARATOR}{self.revision}" if self.revision > 1 else ""
+        return f"{self.key}{RUN_SEPARATOR}{self.run}{revision}"
+
+    @property
+    def tag(self) -> str:
+        return source_tag(self.source, self.partition)
+
+    def revised(self, revision: int) -> PartitionRun:
+        """Revision ``revision`` of this run (a named run only: an unnamed one has no run to revise)."""
+        if self.run is None:
+            raise ConfigError(f"partition {self.key!r} names no run ('key@run'), so it has no revisions")
+        return PartitionRun(self.source, self.key, self.run, revision)
+
+    def same_run(self, other: PartitionRun) -> bool:
+        """Whether ``other`` is this run, in any revision."""
+        return (other.source, other.key, other.run) == (self.source, self.key, self.run)
 
 
 def logical_partition(partition: str) -> str:

@@ -39,6 +39,7 @@ from zerobus_orchestration.errors import (
     ConfigError,
     PlanRefusedError,
     ResumeMismatchError,
+    RunSupersededError,
     WriteBoundaryError,
 )
 from zerobus_orchestration.schema_text import arrow_schema_of_text
@@ -68,6 +69,7 @@ SUMMARY_KEYS = (
     "delta_version",
     "duration_s",
     "superseded_sources",
+    "run_order_version",
 )
 
 
@@ -346,6 +348,10 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
                 summary.get("rows_skipped"),
                 summary.get("delta_version"),
             )
+        except RunSupersededError as exc:
+            # A newer run of this partition holds it (the table's order): a retry cannot change that.
+            _push_superseded(context, exc, source, partition)
+            raise AirflowFailException(f"{self.task_id}: {exc}") from exc
         except (PlanRefusedError, WriteBoundaryError, ConfigError, ResumeMismatchError) as exc:
             # Bad input, a refused table change, or an input that changed since an earlier try (resume
             # would lose rows): a retry sends the same data and fails the same way.
@@ -380,6 +386,27 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         if self.sql is not None and self.sql_conn_id:
             sql_inputs = sql_input_datasets(self._sql_hook, str(self.sql), self.lineage)
         return operator_lineage(self.lineage, sql_inputs)
+
+
+SUPERSEDED_XCOM = "zerobus_superseded"
+"""XCom key a superseded replace pushes before failing: its run and the newer run that won."""
+
+
+def _push_superseded(context: Context, exc: RunSupersededError, source: str, partition: str) -> None:
+    ti = context.get("ti")
+    if ti is None or not hasattr(ti, "xcom_push"):  # executed outside a task runner
+        return
+    ti.xcom_push(
+        key=SUPERSEDED_XCOM,
+        value={
+            "table": exc.table,
+            "source": source,
+            "partition": partition,
+            "source_tag": exc.run,
+            "superseded_by": exc.winner,
+            "superseded_sources": list(exc.superseded),
+        },
+    )
 
 
 def _chain(first: list[pa.RecordBatch], rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

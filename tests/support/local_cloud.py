@@ -28,11 +28,11 @@ def clean_env(*extra_prefixes: str) -> dict[str, str]:
 
 
 @contextmanager
-def serve(warehouse: str, env: dict[str, str]) -> Iterator[dict[str, object]]:
-    """``zerobus-orch serve --json`` on ``warehouse`` with exactly ``env``; yields the line it printed
-    (endpoint, workspace URL, client id, SQL warehouse id, warehouse), and SIGTERMs it after, expecting a
-    clean exit."""
-    command = [CLI, "serve", "--warehouse", warehouse, "--json"]
+def serve(warehouse: str, env: dict[str, str], *args: str) -> Iterator[dict[str, object]]:
+    """``zerobus-orch serve --json [args]`` on ``warehouse`` with exactly ``env``; yields the line it
+    printed (endpoint, workspace URL, client id, SQL warehouse id, warehouse), and SIGTERMs it after,
+    expecting a clean exit."""
+    command = [CLI, "serve", "--warehouse", warehouse, "--json", *args]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     try:
         assert proc.stdout is not None

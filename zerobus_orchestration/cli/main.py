@@ -245,9 +245,9 @@ def ingest(
     replace resumable (re-running it resumes, then deletes).
     """
     from zerobus_orchestration.cli.input_schema import input_schema
-    from zerobus_orchestration.cli.write_mode import write_partition
+    from zerobus_orchestration.cli.write_mode import superseded_summary, write_partition
     from zerobus_orchestration.config import Role
-    from zerobus_orchestration.errors import ConfigError
+    from zerobus_orchestration.errors import ConfigError, RunSupersededError
     from zerobus_orchestration.files import declared_columns, iter_file_batches, resolve_files
     from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes
     from zerobus_orchestration.write_modes import WriteMode, logical_partition, refuse_on_primary_raw
@@ -280,6 +280,10 @@ def ingest(
             replace_key=replace_key,
             schema=input_schema(inputs, declared),  # an input without a row still creates the table
         ).as_dict()
+    except RunSupersededError as exc:  # a newer run of the partition won: say which, then fail (exit 1)
+        if as_json:
+            emit(superseded_summary(exc, source=write_source, partition=partition), True, "")
+        raise
     finally:
         close_all_runtimes()
     human = (

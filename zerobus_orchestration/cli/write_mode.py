@@ -5,14 +5,18 @@ partition ``KEY@RUN``: ``KEY`` is ``--replace-key`` or ``--partition``, ``RUN`` 
 (``cli-<UTC time>-<random>``) unless ``--partition KEY@RUN`` names it, which makes a failed replace
 resumable: the same command again resumes its rows, then deletes. The earlier runs are found by their
 ``_twg_source`` tag, which carries the source, so a replace needs the same ``--source`` every run.
+
+A replace that finds a newer run of its partition in the table fails (exit 1) naming it; with
+``--json`` it first prints what it was and what superseded it (``superseded_summary``).
 """
 
 from __future__ import annotations
 
 import secrets
 from datetime import UTC, datetime
+from typing import Any
 
-from zerobus_orchestration.errors import ConfigError
+from zerobus_orchestration.errors import ConfigError, RunSupersededError
 from zerobus_orchestration.write_modes import RUN_SEPARATOR, WriteMode, logical_partition
 
 
@@ -52,3 +56,18 @@ def write_partition(
         )
     key = partition if replace_key is None else replace_key
     return f"{key}{RUN_SEPARATOR}{new_run_id()}"
+
+
+def superseded_summary(exc: RunSupersededError, *, source: str, partition: str) -> dict[str, Any]:
+    """The ``--json`` line of a replace that a newer run superseded (the error line follows on stderr)."""
+    return {
+        "status": "superseded",
+        "table": exc.table,
+        "source": source,
+        "partition": partition,
+        "source_tag": exc.run,
+        "superseded_by": exc.winner,
+        "run_order_version": exc.birth_version,
+        "rows_deleted_by_newer_run": exc.deleted_own,
+        "superseded_sources": list(exc.superseded),
+    }

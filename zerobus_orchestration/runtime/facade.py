@@ -36,8 +36,9 @@ from zerobus_orchestration.catalog.plan import ReconcilePlan
 from zerobus_orchestration.catalog.preconditions import Condition, check_primary_raw
 from zerobus_orchestration.config import Role, ZerobusConfig
 from zerobus_orchestration.contracts import ContractDescriptions
-from zerobus_orchestration.coverage import compaction
+from zerobus_orchestration.coverage import compaction, table_truth
 from zerobus_orchestration.coverage.store import CoverageStore
+from zerobus_orchestration.errors import RunSupersededError
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.resume.pieces import ResumedPieces, resumed_pieces
@@ -54,6 +55,7 @@ from zerobus_orchestration.tables import TableName
 from zerobus_orchestration.transport.base import Transport
 from zerobus_orchestration.transport.reachability import require_reachable
 from zerobus_orchestration.write_modes import (
+    PartitionRun,
     WriteMode,
     logical_partition,
     partition_of_tag,
@@ -253,8 +255,11 @@ class ZerobusRuntime:
         started = time.monotonic()
         name = TableName.parse(table).full_name
         write_mode = WriteMode.parse(mode, where=f"write to {name}")
+        start_version: int | None = None
         if write_mode is WriteMode.REPLACE:
             refuse_on_primary_raw(name, role or self.config.role)  # before anything is sent
+            # Where this run's rows can first appear: the lower end of its place in the partition's order.
+            start_version = self._table_version(name)
         sink = self.sink(
             name,
             source=source,
@@ -299,8 +304,9 @@ class ZerobusRuntime:
         with self._lock:
             self._rows_resent_after_crash += resent_after_crash
         superseded: tuple[str, ...] = ()
+        birth: int | None = None
         if write_mode is WriteMode.REPLACE:
-            superseded = self._supersede(name, source, partition, replace_key)
+            superseded, birth = self._supersede(name, source, partition, replace_key, start_version)
         if resent:
             log.warning(
                 "%s: the write succeeded, but stream(s) reconnected during it (the SDK's recovery or a pool "
@@ -328,6 +334,8 @@ class ZerobusRuntime:
             rows_possibly_resent=resent,
             rows_resent_after_crash=resent_after_crash,
             superseded_sources=superseded,
+            source_tag=source_tag(source, partition),
+            run_order_version=birth,
         )
 
     def _resumed_pieces(
@@ -381,24 +389,38 @@ class ZerobusRuntime:
         self._gate(role, descriptions, tags, source=source).ensure(name, schema)
         log.info("%s: the write held no row; created the table from the input's schema", name)
 
-    def _supersede(self, name: str, source: str, partition: str, replace_key: str | None) -> tuple[str, ...]:
-        """The ``replace`` step after the write's flush: delete the other runs, forget their coverage."""
-        done = supersede(
-            self.catalog,
-            self.config,
-            name,
-            source=source,
-            partition=partition,
-            replace_key=logical_partition(partition) if replace_key is None else replace_key,
-            delivered=self.covered(name, source=source, partition=partition),
-            commit=lambda: self.delta_version(name),  # embedded: commit what the emulator acknowledged
-        )
-        # Their rows are gone: a cached range would make read-back wait for rows that will never show.
+    def _supersede(
+        self, name: str, source: str, partition: str, replace_key: str | None, start_version: int | None
+    ) -> tuple[tuple[str, ...], int | None]:
+        """The ``replace`` step after the write's flush: delete the older runs, forget their coverage."""
+        run = PartitionRun.of(source, partition)
+        try:
+            done = supersede(
+                self.catalog,
+                self.config,
+                name,
+                run=run,
+                replace_key=logical_partition(partition) if replace_key is None else replace_key,
+                delivered=self.covered(name, source=source, partition=partition),
+                start_version=start_version,
+                commit=lambda: self.delta_version(name),  # embedded: commit what the emulator acknowledged
+            )
+        except RunSupersededError as exc:
+            self._forget(name, source, (*exc.superseded, *((run.tag,) if exc.deleted_own else ())))
+            raise
+        self._forget(name, source, done.deleted_tags)
+        return done.deleted_tags, done.birth_version
+
+    def _forget(self, name: str, source: str, tags: Iterable[str]) -> None:
+        """Their rows are gone: a cached range would make read-back wait for rows that will never show."""
         self.coverage(name).forget(
-            CoverageKey(DEFAULT_SINK_ID, tag, partition_of_tag(tag, source) or "")
-            for tag in done.deleted_tags
+            CoverageKey(DEFAULT_SINK_ID, tag, partition_of_tag(tag, source) or "") for tag in tags
         )
-        return done.deleted_tags
+
+    def _table_version(self, name: str) -> int | None:
+        """The table's Delta version now, from its log (None: no table yet)."""
+        reader = table_truth.reader_for(self.catalog, self.config, name)
+        return None if reader is None else table_truth.table_version(reader)
 
     def delta_version(self, table: str) -> int | None:
         """The Delta version that holds everything acknowledged so far (``ReadbackService.delta_version``)."""

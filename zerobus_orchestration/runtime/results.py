@@ -48,7 +48,12 @@ class WriteResult:
     on the host of the earlier attempt); read-back counts the duplicates."""
     superseded_sources: tuple[str, ...] = ()
     """``replace`` writes: the ``_twg_source`` tags of the earlier runs of this partition whose rows this
-    write deleted once its own rows were visible (``write_modes``)."""
+    write deleted once its own rows were visible: the runs older than it (``runtime/supersede.py``)."""
+    source_tag: str = ""
+    """The ``_twg_source`` value of this write's rows (``write_modes.source_tag(source, partition)``)."""
+    run_order_version: int | None = None
+    """``replace`` writes: the Delta version at which this run's rows became visible, its place in the
+    order of its partition's runs that every host reads from the table (None: no rows, or ``append``)."""
 
     @property
     def payload_mb_per_s(self) -> float | None:

@@ -119,3 +119,65 @@ def test_readback_of_a_replace_counts_runs_it_has_not_deleted_yet_then_a_rerun_f
     assert runtime.verify(TABLE, source="daily", partition="d1@run-2").verified
     done = runtime.readbacks.verify_once(TABLE, source="daily", partition="d1@run-2", replaces="d1")
     assert done.status is ReadbackStatus.VERIFIED and done.duplicate_count == 0, done.message
+
+
+def _interleaved(runtime: ZerobusRuntime, monkeypatch: pytest.MonkeyPatch, order: str) -> dict[str, object]:
+    """Replace runs ``a`` then ``b`` of partition d1, interleaved as two hosts racing would be: ``a`` is
+    durable, then ``b`` writes; ``order`` says whose replace step decides first once both are durable.
+    Returns each run's result or the error it raised."""
+    import zerobus_orchestration.runtime.facade as facade
+
+    real = facade.supersede
+    calls: list[tuple[tuple[object, ...], dict[str, object]]] = []
+    outcome: dict[str, object] = {}
+
+    def racing(*args: object, **kwargs: object) -> object:
+        calls.append((args, kwargs))
+        if len(calls) == 1:  # run a, durable: run b's whole write happens now
+            try:
+                outcome["b"] = runtime.write(TABLE, rows("d1", 30), partition="d1@b", **write)
+            except Exception as exc:
+                outcome["b"] = exc
+            if "a" in outcome:  # a already decided inside b's replace step
+                result = outcome["a"]
+                if isinstance(result, Exception):
+                    raise result
+                return result
+            return real(*args, **kwargs)
+        if order == "a_first":  # b is durable and visible: a decides before b does
+            try:
+                outcome["a"] = real(*calls[0][0], **calls[0][1])
+            except Exception as exc:
+                outcome["a"] = exc
+        return real(*args, **kwargs)
+
+    write = dict(source="daily", role=Role.DERIVED, mode="replace")
+    runtime.write(TABLE, rows("d0", 5), partition="d0@z", **write)  # another partition, left alone
+    monkeypatch.setattr(facade, "supersede", racing)
+    try:
+        outcome["a_write"] = runtime.write(TABLE, rows("d1", 20), partition="d1@a", **write)
+    except Exception as exc:
+        outcome["a_write"] = exc
+    assert len(calls) == 2, "both runs must have reached their replace step"
+    return outcome
+
+
+@pytest.mark.parametrize("order", ["b_first", "a_first"])
+def test_two_racing_replaces_end_with_the_newer_runs_rows_and_the_older_fails_naming_it(
+    runtime: ZerobusRuntime, monkeypatch: pytest.MonkeyPatch, order: str
+) -> None:
+    """Before the order, each replace deleted every other run: the partition ended empty (both
+    deleted), or with the older run's rows while the newer one timed out waiting for its deleted rows."""
+    from zerobus_orchestration.errors import RunSupersededError
+
+    outcome = _interleaved(runtime, monkeypatch, order)
+
+    b, a = outcome["b"], outcome["a_write"]
+    assert not isinstance(b, Exception), b
+    assert b.superseded_sources == ("daily[d1@a]",), "the newer run deletes the older one"
+    assert isinstance(a, RunSupersededError), a
+    assert a.winner == "daily[d1@b]" and "superseded by the newer run 'daily[d1@b]'" in str(a)
+    assert a.deleted_own is (order == "b_first"), "b deleted a's rows before a decided"
+    assert tags_in_table(runtime) == {"daily[d1@b]": 30, "daily[d0@z]": 5}
+    assert runtime.covered(TABLE, source="daily", partition="d1@a") == ()
+    assert b.run_order_version is not None

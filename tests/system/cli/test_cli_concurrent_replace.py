@@ -1,0 +1,199 @@
+"""Two ``zerobus-orch ingest --mode replace`` of one partition at once, 20 rounds, as separate processes:
+on the embedded default (both on the warehouse's shared emulator daemon, ``local`` catalog) and against
+``zerobus-orch serve`` (two hosts on the production configuration; the delete runs on the SQL warehouse).
+
+Every round must end with exactly the newer run's rows (never an empty partition), the newer run exiting
+0 having deleted the older, and the older exiting 1 naming the newer. Before the runs were ordered, each
+replace deleted every other run of the partition: the partition ended empty in 4 of 9 such rounds, and
+both commands exited 0.
+
+The race is made real, not left to luck: the emulator delays every acknowledgement (``delay_acks``) by
+longer than the two processes' start-up jitter, so each run's rows are visible in the table while the
+other is still waiting for its acknowledgements. The test checks from the table's history that both runs'
+rows were there at once, that both processes started before either finished, and which run is newer
+(the first Delta version holding its rows; a tie goes to the greater tag).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+from tests.support.local_cloud import CLI, clean_env, production_env, serve
+from zerobus_orchestration.config import SHARED_EMULATOR_MODE, load_config
+from zerobus_orchestration.emulator.advert import http_json
+from zerobus_orchestration.emulator.launcher import connect_daemon
+from zerobus_orchestration.tables import table_uri
+
+# Each round is two processes' start-up plus the ack delay: about 7 s (embedded), 12 s (serve), 2 cores.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+TABLE = "main.derived.daily"
+ROUNDS = 20
+ROWS = 2_000
+ACK_DELAY_S = 1.5
+SECRET = "concurrent-replace-test-secret"
+DELAY_ACKS = {"kind": "delay_acks", "table": TABLE, "delay_s": ACK_DELAY_S, "streams": 10_000}
+
+
+@dataclass(frozen=True)
+class Run:
+    ids: list[int]
+    returncode: int
+    summary: dict[str, object]
+    stderr: str
+    started: float
+    ended: float
+
+
+def _input(path: Path, ids: range) -> str:
+    pq.write_table(pa.table({"id": pa.array(ids, pa.int64())}), path)
+    return str(path)
+
+
+def _race(envs: tuple[dict[str, str], dict[str, str]], tmp_path: Path, key: str, n: int) -> list[Run]:
+    """Both replaces of partition ``key`` started at once; waits for both."""
+    ranges = [
+        range(n * 100_000, n * 100_000 + ROWS),
+        range(n * 100_000 + 50_000, n * 100_000 + 50_000 + ROWS),
+    ]
+    started: list[tuple[subprocess.Popen[str], float, range]] = []
+    for env, ids, side in zip(envs, ranges, "ab", strict=True):
+        data = _input(tmp_path / f"{key}-{side}.parquet", ids)
+        command = [CLI, "ingest", "--table", TABLE, "--source", "daily", "--mode", "replace", "--role"]
+        command += ["derived", "--partition", key, "--json", data]
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        started.append((proc, time.monotonic(), ids))
+    runs = []
+    for proc, start, ids in started:
+        out, err = proc.communicate(timeout=240)
+        runs.append(
+            Run(
+                list(ids),
+                proc.returncode,
+                json.loads(out) if out.strip() else {},
+                err,
+                start,
+                time.monotonic(),
+            )
+        )
+    return runs
+
+
+def _tags_by_version(uri: str, since: int, prefix: str) -> dict[int, set[str]]:
+    """The tags of ``prefix`` present at every version after ``since``, read by time travel."""
+    latest = DeltaTable(uri).version()
+    found: dict[int, set[str]] = {}
+    for version in range(since + 1, latest + 1):
+        tags = DeltaTable(uri, version=version).to_pyarrow_table(columns=["_twg_source"])["_twg_source"]
+        found[version] = {t for t in tags.unique().to_pylist() if t.startswith(prefix)}
+    return found
+
+
+def _rows(uri: str, prefix: str) -> dict[str, list[int]]:
+    table = DeltaTable(uri).to_pyarrow_table(columns=["_twg_source", "id"])
+    out: dict[str, list[int]] = {}
+    for tag, row_id in zip(table["_twg_source"].to_pylist(), table["id"].to_pylist(), strict=True):
+        if tag.startswith(prefix):
+            out.setdefault(tag, []).append(row_id)
+    return {tag: sorted(ids) for tag, ids in out.items()}
+
+
+def _rounds(envs: tuple[dict[str, str], dict[str, str]], tmp_path: Path, uri: str) -> None:
+    for n in range(ROUNDS):
+        key = f"2026-01-{n + 1:02d}"
+        prefix = f"daily[{key}@"
+        before = DeltaTable(uri).version()
+        began = time.monotonic()
+        runs = _race(envs, tmp_path, key, n)
+        print(f"round {n + 1}: {time.monotonic() - began:.1f} s, exits {[r.returncode for r in runs]}")
+        where = f"round {n + 1}: {[(r.returncode, r.summary, r.stderr[-600:]) for r in runs]}"
+
+        winners = [r for r in runs if r.returncode == 0]
+        losers = [r for r in runs if r.returncode != 0]
+        assert len(winners) == 1 and len(losers) == 1, where
+        (winner,), (loser,) = winners, losers
+        won, lost = str(winner.summary["source_tag"]), str(loser.summary["source_tag"])
+        # The partition holds exactly the winner's rows: never empty, never both.
+        assert _rows(uri, prefix) == {won: winner.ids}, where
+        assert winner.summary["superseded_sources"] == [lost], where
+        assert loser.returncode == 1 and loser.summary["status"] == "superseded", where
+        assert loser.summary["superseded_by"] == won, where
+        assert f"superseded by the newer run {won!r}" in loser.stderr, where
+
+        # The race happened: both processes were running at once, and both runs' rows were in the table.
+        assert max(r.started for r in runs) < min(r.ended for r in runs), where
+        history = _tags_by_version(uri, before, prefix)
+        assert any(tags == {won, lost} for tags in history.values()), f"{where}: never both in the table"
+        # The winner is the newer: its rows appeared later (or in the same commit, with the greater tag).
+        born = {tag: min(v for v, tags in history.items() if tag in tags) for tag in (won, lost)}
+        assert (born[won], won) > (born[lost], lost), f"{where}: births {born}"
+        assert winner.summary["run_order_version"] == born[won], where
+
+
+def _warm_up(env: dict[str, str], tmp_path: Path) -> None:
+    """One write of another source: the table exists before the first round."""
+    data = _input(tmp_path / "warm.parquet", range(3))
+    command = [CLI, "ingest", "--table", TABLE, "--source", "warmup", "--role", "derived", data]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def _arm_daemon_fault(env: dict[str, str]) -> None:
+    """Arm the ack delay on the warehouse's running daemon (it holds armed faults in memory)."""
+    cfg = load_config(environ=env).with_default_emulator_mode(SHARED_EMULATOR_MODE)
+    handle = connect_daemon(cfg, watch=False)
+    status, body = http_json(
+        handle.workspace_url + "/_emulator/faults",
+        method="POST",
+        body=json.dumps(DELAY_ACKS).encode(),
+        authorization=f"Bearer {handle.access_token().get_secret_value()}",
+    )
+    assert status == 200, body
+
+
+def test_twenty_concurrent_replaces_on_the_embedded_default_keep_the_newer_run(tmp_path: Path) -> None:
+    env = clean_env() | {
+        "ZEROBUS_WAREHOUSE": str(tmp_path / "wh"),
+        "ZEROBUS_EMULATOR__TIME_TO_TABLE_S": "0.1",
+        "ZEROBUS_EMULATOR__ICEBERG_LAG_S": "0.2",
+        "ZEROBUS_EMULATOR__FAULTS_ENABLED": "true",
+        "ZEROBUS_READBACK__POLL_INITIAL_S": "0.05",
+    }
+    _warm_up(env, tmp_path)  # starts the warehouse's daemon; then the delay is armed on it
+    _arm_daemon_fault(env)
+    _rounds((env, env), tmp_path, table_uri(str(tmp_path / "wh"), TABLE))
+
+
+@pytest.fixture
+def local_cloud(tmp_path: Path) -> Iterator[dict[str, object]]:
+    faults = tmp_path / "faults.json"
+    faults.write_text(json.dumps([DELAY_ACKS]))
+    env = clean_env() | {
+        "ZEROBUS_EMULATOR__CLIENT_SECRET": SECRET,
+        "ZEROBUS_EMULATOR__TIME_TO_TABLE_S": "0.1",
+    }
+    with serve(str(tmp_path / "cloud"), env, "--faults", str(faults)) as info:
+        yield info
+
+
+def test_twenty_concurrent_replaces_from_two_hosts_against_serve_keep_the_newer_run(
+    tmp_path: Path, local_cloud: dict[str, object]
+) -> None:
+    hosts = tuple(
+        clean_env()
+        | production_env(local_cloud, SECRET, tmp_path / name)
+        | {"ZEROBUS_READBACK__POLL_INITIAL_S": "0.05"}
+        for name in ("host_a", "host_b")
+    )
+    _warm_up(hosts[0], tmp_path)
+    _rounds((hosts[0], hosts[1]), tmp_path, table_uri(str(local_cloud["warehouse"]), TABLE))
