@@ -15,6 +15,7 @@ No ``from __future__ import annotations``: Dagster resolves these annotations at
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -54,6 +55,7 @@ from zerobus_orchestration.errors import (
     WriteBoundaryError,
 )
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
+from zerobus_orchestration.reserved import SOURCE as SOURCE_COLUMN
 from zerobus_orchestration.reserved import is_reserved
 from zerobus_orchestration.runtime.facade import ZerobusRuntime
 from zerobus_orchestration.runtime.results import WriteResult
@@ -61,6 +63,12 @@ from zerobus_orchestration.write_modes import WriteMode, source_tag
 
 SUPERSEDED = "zerobus/superseded_runs"  # output metadata of a replace write: the runs whose rows it deleted
 SUPERSEDED_BY = "zerobus/superseded_by"  # failure metadata of a replace run a newer run of its partition won
+
+
+@dataclass(frozen=True)
+class _Pushdown:
+    where: dict[str, list[str]] | None
+    columns: list[str] | None
 
 
 class ZerobusIOManager(dg.ConfigurableIOManagerFactory):  # type: ignore[type-arg]
@@ -381,17 +389,53 @@ class ZerobusIO(dg.IOManager):
         load_type = context.dagster_type.typing_type if context.dagster_type else None
         handler = handler_for_load(self._handlers, load_type, self._default, where=where)
         rt = self._zerobus.runtime
-        table = self._read(context, rt, ref.full_name, source_for(key), where=where)
+        pushdown = self._pushdown(context, rt, ref.full_name, options)
+        table = self._read(context, rt, ref.full_name, source_for(key), pushdown, where=where)
         if (options.write_mode or self._write_mode) is WriteMode.REPLACE:
             table = self._latest_runs(context, table, key, ref.full_name, where=where)
         table = self._select(context, table, options, where=where)
         return handler.from_arrow(table, load_type)
 
+    def _pushdown(
+        self, context: dg.InputContext, rt: ZerobusRuntime, name: str, options: AssetOptions
+    ) -> _Pushdown:
+        """What the Iceberg scan itself can filter and project (as dagster-deltalake pushes a partition
+        filter down): the input's partition keys on ``partition_expr`` when the column takes them as
+        they are (text, a date, an integer), and the ``columns`` asked for plus what the selection after
+        the read needs. ``_select`` still filters exactly what it did; the scan reads less."""
+        state = rt.catalog.describe(name)
+        if state is None:
+            return _Pushdown(None, None)  # _read says the table is missing
+        schema = state.arrow_schema()
+        wanted = (context.definition_metadata or {}).get("columns")
+        columns: list[str] | None = None
+        if wanted:
+            listed = wanted.value if isinstance(wanted, dg.MetadataValue) else wanted
+            needed = [*(str(c) for c in listed), SOURCE_COLUMN]
+            needed += [options.partition_expr] if options.partition_expr else []
+            if all(schema.get_field_index(c) >= 0 for c in needed):
+                columns = list(dict.fromkeys(needed))  # else _select names what is missing
+        column = options.partition_expr
+        if not (context.has_asset_partitions and column) or schema.get_field_index(column) < 0:
+            return _Pushdown(None, columns)
+        kind = schema.field(column).type
+        as_given = (pa.types.is_string, pa.types.is_large_string, pa.types.is_date, pa.types.is_integer)
+        if not any(test(kind) for test in as_given):
+            return _Pushdown(None, columns)  # the keys are text: only _select compares them as such
+        return _Pushdown({column: list(context.asset_partition_keys)}, columns)
+
     def _read(
-        self, context: dg.InputContext, rt: ZerobusRuntime, name: str, source: str, *, where: str
+        self,
+        context: dg.InputContext,
+        rt: ZerobusRuntime,
+        name: str,
+        source: str,
+        pushdown: _Pushdown,
+        *,
+        where: str,
     ) -> pa.Table:
         if not self._wait_for_readback:
-            return rt.read_rows(name)
+            return rt.read_rows(name, where=pushdown.where, columns=pushdown.columns)
         try:
             # Iceberg metadata lags the Delta commit; block until the upstream's rows are visible.
             _require_visible(rt.verify(name, source=source, raise_errors=True), where)
@@ -408,7 +452,7 @@ class ZerobusIO(dg.IOManager):
                 return state.arrow_schema().empty_table()
             # Other writers' rows: wait until they are visible.
             _require_visible(rt.verify(name, raise_errors=True), where)
-        return rt.read_rows(name)
+        return rt.read_rows(name, where=pushdown.where, columns=pushdown.columns)
 
     def _latest_runs(
         self, context: dg.InputContext, table: pa.Table, key: dg.AssetKey, name: str, *, where: str

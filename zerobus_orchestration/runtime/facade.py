@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 
@@ -478,9 +478,20 @@ class ZerobusRuntime:
             table, source=source, partition=partition, ranges=ranges, replaces=replaces
         )
 
-    def read_rows(self, table: str, *, source: str | None = None, partition: str | None = None) -> pa.Table:
-        """Rows of ``table`` (optionally one source/partition) as Arrow, through Iceberg."""
-        return self.readbacks.read_rows(table, source=source, partition=partition)
+    def read_rows(
+        self,
+        table: str,
+        *,
+        source: str | None = None,
+        partition: str | None = None,
+        where: Mapping[str, Sequence[Any]] | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """Rows of ``table`` (optionally one source/partition) as Arrow, through Iceberg; ``where`` and
+        ``columns`` are pushed down to the scan (``ReadbackService.read_rows``)."""
+        return self.readbacks.read_rows(
+            table, source=source, partition=partition, where=where, columns=columns
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
@@ -365,15 +365,25 @@ class ReadbackService:
             report,
         )
 
-    def read_rows(self, table: str, *, source: str | None = None, partition: str | None = None) -> pa.Table:
-        """Rows of ``table`` (optionally one source/partition) as Arrow, through Iceberg."""
-        from zerobus_orchestration.readback.rows import read_rows
+    def read_rows(
+        self,
+        table: str,
+        *,
+        source: str | None = None,
+        partition: str | None = None,
+        where: Mapping[str, Sequence[Any]] | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """Rows of ``table`` (optionally one source/partition) as Arrow, through Iceberg; ``where``
+        (``{column: values}``) and ``columns`` are pushed down to the scan (``readback.rows``)."""
+        from zerobus_orchestration.readback.rows import read_rows, scan_rows
 
         name = TableName.parse(table).full_name
         endpoint = self.iceberg()
         if source is None:
-            return endpoint.load_table(name).scan().to_arrow()
-        return read_rows(name, source=source_tag(source, partition or ""), endpoint=endpoint)
+            return scan_rows(name, endpoint=endpoint, where=where, columns=columns)
+        tag = source_tag(source, partition or "")
+        return read_rows(name, source=tag, endpoint=endpoint, where=where, columns=columns)
 
     def close(self) -> None:
         """Close the coverage stores this service opened itself (``from_config``). Idempotent."""
