@@ -57,6 +57,8 @@ SMALL: dict[str, list[str]] = {
     "memory_10": ["--gb", "1", "--batch-mb", "10"],
     "scaling_no_iceberg": ["--mb", "64", "--configs", "1x1,4x1", "--emulator-arg=--no-iceberg"],
     "isolation": ["--mb", "64"],
+    "history": ["--sizes", "1000000,10000000", "--repetitions", "3"],
+    "ipc_compression": ["--rows", "500000"],
 }
 FULL: dict[str, list[str]] = {
     "pipelining": [],
@@ -74,6 +76,8 @@ FULL: dict[str, list[str]] = {
         "--emulator-arg=--no-iceberg",
     ],
     "isolation": ["--mb", "128", "--repetitions", "3"],
+    "history": [],
+    "ipc_compression": [],
 }
 REPORT_COMMAND = {
     "full": "make bench-report BENCH_REPORT_ARGS=--full",  # python benchmarks/report.py --full
@@ -87,6 +91,8 @@ SCRIPT = {
     "memory_10": "memory.py",
     "scaling_no_iceberg": "scaling.py",
     "isolation": "isolation.py",
+    "history": "history.py",
+    "ipc_compression": "ipc_compression.py",
 }
 
 
@@ -752,6 +758,124 @@ def provenance(data: dict[str, dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
+def _spread_s(figure: dict[str, float]) -> str:
+    return f"{figure['median']:.3f} ({figure['min']:.2f}-{figure['max']:.2f})"
+
+
+def history_section(data: dict[str, Any]) -> list[str]:
+    tables = data["tables"]
+    base = tables[0]
+    sizes = ", ".join(f"{t['rows']:,}" for t in tables)
+    lines = [
+        "## Cost as tables and history grow",
+        "",
+        f"Tables of {sizes} rows, each in runs of "
+        f"{data['run_rows']:,} rows by {data['writers']} interleaved writers (one job a day each, its own "
+        "source, all writers' runs of a day at once; every ~1 s commit holds two batches of each running "
+        "writer, written with the emulator's own Parquet settings and the sink's own stamping; the Iceberg "
+        "mirror converts it). Measured for the latest run of one writer, every size and kind interleaved "
+        f"{data['repetitions']} times in one run, medians (min-max) of wall seconds on a machine other work "
+        "shares: compare the rows with each other. *Unbounded*: a host that knows nothing of the run reads "
+        "every file whose `_twg_source` statistics admit its tag; with writers mixed in every file, that "
+        "is every file. *Bounded*: the read also prunes by `_twg_emit_ts` from when the run can first have "
+        f"been stamped (the write's `not_before` or this host's first look, less "
+        f"`coverage.emit_margin_s` = {data['emit_margin_s']:g} s; docs/adr/0002-coverage-home.md). A "
+        "resume waits `coverage.catch_up_settle_s` (2 s by default) on top of its catch-up's read.",
+        f"Command: `{data.get('_command', 'python benchmarks/history.py --json')}`.",
+        "",
+        "| rows | files | resume catch-up, unbounded s | bounded s | read-back, unbounded s | bounded s |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for t in tables:
+        lines.append(
+            f"| {t['rows']:,} | {t['files']:,} | {_spread_s(t['catch_up_unbounded_s'])} | "
+            f"{_spread_s(t['catch_up_bounded_s'])} | {_spread_s(t['readback_unbounded_s'])} | "
+            f"{_spread_s(t['readback_bounded_s'])} |"
+        )
+    largest = tables[-1]
+    lines += [
+        "",
+        f"Against the {base['rows']:,}-row table (target: within 2x and at most 5 s on 100M rows): the "
+        f"bounded catch-up {largest['catch_up_bounded_over_smallest']:.2f}x "
+        f"({largest['catch_up_bounded_s']['median']:.2f} s), the bounded read-back "
+        f"{largest['readback_bounded_over_smallest']:.2f}x "
+        f"({largest['readback_bounded_s']['median']:.2f} s); "
+        f"unbounded {largest['catch_up_unbounded_over_smallest']:.2f}x and "
+        f"{largest['readback_unbounded_over_smallest']:.2f}x, growing with the table.",
+        "",
+    ]
+    coverage = data["coverage"]
+    lines += [
+        f"Coverage over a year: {coverage['days']} daily partitions of {coverage['batches']} delivered "
+        "batches each (real `CoverageStore` records with their content digests); the file's size after "
+        "a checkpoint, and the time to open it and read one partition's ranges and digests (a new "
+        "connection, as a write's process opens it; median of 7). Targets: at most 50 MB and 0.2 s.",
+        "",
+        "| compaction | partitions | file MB | open + one partition s |",
+        "|---|---:|---:|---:|",
+    ]
+    for run in coverage["runs"]:
+        label = "daily, as writes run it" if run["daily_compaction"] else "none (before this release)"
+        lines.append(
+            f"| {label} | {run['partitions']} | {run['file_mb']:.2f} | "
+            f"{_spread_s(run['open_and_read_one_partition_s'])} |"
+        )
+    return [*lines, ""]
+
+
+def compression_section(data: dict[str, Any]) -> list[str]:
+    lines = [
+        "## IPC compression on bandwidth-bound links",
+        "",
+        f"Transport: **{SDK}**, through a byte-counting TCP proxy in its own process. The sink, every "
+        f"integrity feature on, sends {data['rows']:,} realistic order rows "
+        f"({data['payload_bytes'] / MB:.1f} MB of payload, {data['stamped_bytes'] / MB:.1f} MB stamped) once "
+        f"per codec of `sdk.ipc_compression`, the codecs interleaved {data['repetitions']} times, medians "
+        "(min-max). Wire bytes: what the client sent on the gRPC connection, framing included. Every "
+        "figure counts **payload** bytes (the caller's own columns).",
+        f"Command: `{data.get('_command', 'python benchmarks/ipc_compression.py --json')}`.",
+        "",
+        "| `sdk.ipc_compression` | wire bytes per payload byte | client CPU s per payload GB | "
+        "payload MB/s (shared cores) |",
+        "|---|---:|---:|---:|",
+    ]
+    for c in data["codecs"]:
+        cpu, rate = c["client_cpu_s_per_payload_gb"], c["payload_mb_per_s"]
+        lines.append(
+            f"| {c['codec']} | {c['wire_per_payload_byte']:.3f} | {cpu['median']:.2f} "
+            f"({cpu['min']:.2f}-{cpu['max']:.2f}) | {rate['median']:.1f} "
+            f"({rate['min']:.0f}-{rate['max']:.0f}) |"
+        )
+    return [*lines, "", *compression_advice(data["codecs"]), ""]
+
+
+def compression_advice(codecs: list[dict[str, Any]]) -> list[str]:
+    """When each codec sends the most payload: a link of L MB/s carries L / (wire per payload byte) of
+    payload, one client core 1000 / (CPU s per payload GB); a stronger codec wins below the link speed
+    where the weaker one's wire rate meets the stronger one's CPU limit."""
+    by = {c["codec"]: c for c in codecs}
+    if not {"none", "lz4_frame", "zstd"} <= set(by):
+        return []
+
+    def per_core(codec: str) -> float:
+        return 1000 / float(by[codec]["client_cpu_s_per_payload_gb"]["median"])
+
+    lz4_below = by["none"]["wire_per_payload_byte"] * per_core("lz4_frame")
+    zstd_below = by["lz4_frame"]["wire_per_payload_byte"] * per_core("zstd")
+    return [
+        f"When to turn it on: one client core compresses and sends {per_core('lz4_frame'):.0f} MB/s of "
+        f"payload with `lz4_frame` and {per_core('zstd'):.0f} with `zstd` "
+        f"({per_core('none'):.0f} with none), and a link carries its speed divided by the wire bytes per "
+        "payload byte. So `lz4_frame` sends more "
+        f"payload than none on links slower than about {lz4_below:.0f} MB/s per client core, and `zstd` "
+        f"more than `lz4_frame` below about {zstd_below:.0f} MB/s per core (a link shared with other "
+        "traffic, a VPN, a cross-region or on-premises client). On a fast link in the same region, leave "
+        "it off: the CPU is then the limit. These rows hold repeated text and the reserved columns, which "
+        "compress well; random binary payload gains less. The emulator decompresses on its side, as the "
+        "service does; its CPU is not in these figures."
+    ]
+
+
 def render() -> str:
     where = machine()
     data = {name: d for name in SCRIPT if (d := load(name)) is not None}
@@ -788,6 +912,12 @@ def render() -> str:
     without = data.get("scaling_no_iceberg")
     if scaling and without:
         lines += limits_section(scaling, without, throughput)
+    history = data.get("history")
+    if history:
+        lines += history_section(history)
+    compression = data.get("ipc_compression")
+    if compression:
+        lines += compression_section(compression)
     return "\n".join(lines)
 
 

@@ -214,7 +214,11 @@ class SdkStreamOptions(_Model):
         "pool.ack_channel_capacity, whichever limit is reached first makes push wait.",
     )
     ipc_compression: Literal["none", "lz4_frame", "zstd"] = Field(
-        "none", description="Compression of the Arrow IPC messages the SDK sends: none, lz4_frame or zstd."
+        "none",
+        description="Compression of the Arrow IPC messages the SDK sends: none, lz4_frame (about half the "
+        "bytes on the wire for ~1.4x the client CPU per GB) or zstd (about a quarter, ~2x the CPU). Turn it "
+        "on when the link, not the client's CPU, is the limit (docs/performance.md: below ~300 MB/s per "
+        "client core lz4_frame, below ~100 zstd).",
     )
     stream_paused_max_wait_time_ms: int | None = Field(
         None,

@@ -283,3 +283,60 @@ def test_parquet_codec_smoke_prints_its_json_shape() -> None:
     for i, found in enumerate(result["results"]):
         assert_shape(found, row, f"parquet_codec.results[{i}]")
     assert [r["codec"] for r in result["results"]] == ["snappy", "zstd-1", "zstd-3"]
+
+
+S_SPREAD = {"median": NUMBER, "min": NUMBER, "max": NUMBER}
+HISTORY_TABLE = {
+    "rows": int,
+    "runs": int,
+    "files": int,
+    "table_mb": NUMBER,
+    "build_s": NUMBER,
+    "mirror_s": NUMBER,
+    "catch_up_unbounded_s": S_SPREAD,
+    "catch_up_bounded_s": S_SPREAD,
+    "readback_unbounded_s": S_SPREAD,
+    "readback_bounded_s": S_SPREAD,
+    "catch_up_unbounded_over_smallest": NUMBER,
+    "catch_up_bounded_over_smallest": NUMBER,
+    "readback_unbounded_over_smallest": NUMBER,
+    "readback_bounded_over_smallest": NUMBER,
+}
+COVERAGE_YEAR = {
+    "daily_compaction": bool,
+    "partitions": int,
+    "record_s": NUMBER,
+    "file_mb": NUMBER,
+    "open_and_read_one_partition_s": S_SPREAD,
+}
+
+
+def test_history_smoke_prints_its_json_shape() -> None:
+    """Its catch-ups and read-backs check what they found (the run's rows, once) or the script fails."""
+    result = run_benchmark("history.py", "--smoke", "--json")
+    for table in result["tables"]:
+        assert_shape(table, HISTORY_TABLE, "history.tables")
+    runs = result["coverage"]["runs"]
+    for run in runs:
+        assert_shape(run, COVERAGE_YEAR, "history.coverage")
+    assert [run["daily_compaction"] for run in runs] == [False, True]
+
+
+def test_ipc_compression_smoke_prints_its_json_shape() -> None:
+    result = run_benchmark("ipc_compression.py", "--smoke", "--json")
+    assert [c["codec"] for c in result["codecs"]] == ["none", "lz4_frame", "zstd"]
+    for codec in result["codecs"]:
+        assert_shape(
+            codec,
+            {
+                "codec": str,
+                "wire_bytes": int,
+                "wire_per_payload_byte": NUMBER,
+                "wire_per_stamped_byte": NUMBER,
+                "client_cpu_s_per_payload_gb": S_SPREAD,
+                "payload_mb_per_s": S_SPREAD,
+            },
+            "ipc_compression.codecs",
+        )
+    none, lz4, zstd = (c["wire_bytes"] for c in result["codecs"])
+    assert zstd < none and lz4 < none  # the proxy counted the codecs' smaller bodies: compression acted
