@@ -230,9 +230,13 @@ class ReadbackService:
         """The coverage partition of the latest run of ``source``'s logical ``partition`` (``None``: of
         the source), or ``partition`` itself when it names a run, is cached here, or nothing matches.
 
-        Runs are ordered by when their first row was stamped (``_twg_emit_ts``, read from the table);
-        a partition the table holds under its own name (an Airflow or CLI write) is its own run.
+        The runs of one partition are ordered as a ``replace`` orders them (``coverage.run_order``: the
+        Delta version at which a run's rows became visible, ties to the greater tag); the runs of a whole
+        source, across its partitions, by when their first row was stamped (``_twg_emit_ts``). A partition
+        the table holds under its own name (an Airflow or CLI write) is its own run.
         """
+        from zerobus_orchestration.coverage.run_order import ABSENT, RunHistory
+
         name = TableName.parse(table).full_name
         if partition is not None and RUN_SEPARATOR in partition:
             return partition
@@ -241,16 +245,24 @@ class ReadbackService:
         reader = table_truth.reader_for(self.catalog, self.config, name)
         if reader is None:
             return partition
-        runs: dict[str, tuple[dt.datetime, str]] = {}
+        if partition is not None:
+            history = RunHistory(reader, source=source, key=partition)
+            runs = {
+                tag: part
+                for tag in history.live()
+                if (part := partition_of_tag(tag, source)) is not None
+                and logical_partition(part) == partition
+            }
+            if source_tag(source, partition) in runs or not runs:
+                return partition
+            return runs[history.newest(runs, after=ABSENT)]
+        first: dict[str, tuple[dt.datetime, str]] = {}
         oldest = dt.datetime.min.replace(tzinfo=dt.UTC)
         for tag, stamp in table_truth.first_stamps(reader, prefix=source).items():
             part = partition_of_tag(tag, source)
-            if part is None or (partition is not None and logical_partition(part) != partition):
-                continue
-            if part == partition:
-                return partition
-            runs[part] = (stamp or oldest, part)
-        return max(runs, key=runs.__getitem__) if runs else partition
+            if part is not None:
+                first[part] = (stamp or oldest, part)
+        return max(first, key=first.__getitem__) if first else None
 
     def verify_once(
         self,
