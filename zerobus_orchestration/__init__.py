@@ -2,10 +2,11 @@
 
 The names a library user needs are importable from here::
 
-    from zerobus_orchestration import acquire_runtime, load_config
+    from zerobus_orchestration import acquire_runtime, load_config, read_files
 
     runtime = acquire_runtime(load_config())
     result = runtime.write("main.raw.orders", table, source="orders-job", partition="2026-11-30")
+    runtime.write("main.raw.orders", read_files("landing/*.parquet"), source="orders-files")
     outcome = runtime.verify("main.raw.orders", source="orders-job", partition="2026-11-30")
 
 Everything else (the pool, ack lanes, confirmations, catalog backends, the emulator) is an
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
         WriteBoundaryError,
         ZerobusOrchestrationError,
     )
+    from zerobus_orchestration.files import read_files
     from zerobus_orchestration.readback import ReadbackOutcome, ReadbackReport, ReadbackStatus
     from zerobus_orchestration.runtime.facade import ZerobusRuntime
     from zerobus_orchestration.runtime.registry import acquire_runtime, release_runtime
@@ -52,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "acquire_runtime": "zerobus_orchestration.runtime.registry",
     "release_runtime": "zerobus_orchestration.runtime.registry",
     "WriteResult": "zerobus_orchestration.runtime.results",
+    "read_files": "zerobus_orchestration.files",
     "ZerobusSink": "zerobus_orchestration.sink",
     "Receipt": "zerobus_orchestration.sink",
     "CommitInfo": "zerobus_orchestration.sink",
@@ -92,6 +95,7 @@ __all__ = [
     "__version__",
     "acquire_runtime",
     "load_config",
+    "read_files",
     "release_runtime",
 ]
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from zerobus_orchestration.ranges import OffsetRange
+
+E = TypeVar("E", bound=BaseException)
 
 
 class ErrorClass(StrEnum):
@@ -55,6 +57,16 @@ class ZerobusOrchestrationError(Exception):
     def retriable(self) -> bool:
         """Whether retrying the failed call (after a backoff) can succeed with nothing changed."""
         return self.error_class.retriable
+
+
+def restated(exc: E, message: str) -> E:
+    """``exc`` with ``message`` instead of its own: the same type and fields (``table``, ``column``,
+    ...), built without calling its constructor, so any error can carry where it happened and what was
+    delivered before it. The original is the new one's ``__cause__`` once raised ``from exc``."""
+    again = type(exc).__new__(type(exc))
+    again.__dict__.update(exc.__dict__)
+    again.args = (message,)
+    return again
 
 
 class ConfigError(ZerobusOrchestrationError, ValueError):

@@ -16,7 +16,7 @@ and the table written, with its schema (``airflow_provider.utils.lineage`` names
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias, BaseHook, Context, XComArg
@@ -25,7 +25,6 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow_provider.operators.base import ZerobusBaseOperator, coverage_keys_from_context
 from airflow_provider.operators.links import ZerobusTableLink
 from airflow_provider.utils.lineage import (
-    SchemaTap,
     TableIdentity,
     WriteLineage,
     alias_name,
@@ -48,6 +47,8 @@ from zerobus_orchestration.write_modes import WriteMode, logical_partition, sour
 if TYPE_CHECKING:
     import pyarrow as pa
     from airflow.providers.common.sql.hooks.sql import DbApiHook
+
+    from zerobus_orchestration.files import Rereadable
 
 # Keys of the runtime's WriteResult that go to XCom: numbers and names only, never config or secrets.
 SUMMARY_KEYS = (
@@ -76,7 +77,9 @@ SUMMARY_KEYS = (
 class ZerobusIngestOperator(ZerobusBaseOperator):
     """Write files or a SQL result into ``table`` through Zerobus; XCom gets a small summary.
 
-    Give exactly one source:
+    Give exactly one source. Either way the write checks every row against the table (or the table it
+    would create) before it sends the first: a bad value anywhere fails the task with nothing sent and
+    no table created, naming the file (or the SQL result), the row and the column.
 
     :param path: a Parquet / Arrow IPC / CSV file, a glob, a URI (``s3://...``) or a list of them;
         templated, so it may also be an upstream task's output (``path=extract()`` or a ``xcom_pull``).
@@ -85,7 +88,9 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         driver's cursor streams: the default psycopg2 (Postgres) and MySQLdb (MySQL) cursors are
         client-side and load the whole result at ``execute``. Give ``cursor_kwargs`` for a server-side
         cursor: ``{"name": "zerobus_ingest"}`` (psycopg2) or ``{"cursorclass": MySQLdb.cursors.SSCursor}``
-        (or the MySQL connection extra ``"cursor": "sscursor"``).
+        (or the MySQL connection extra ``"cursor": "sscursor"``). The result is spooled to local disk
+        as it is fetched (Arrow IPC, LZ4; a 0700 folder under ``spool_dir``, deleted when the task
+        ends), so the query runs once and the write reads the spool twice: to check, then to send.
 
     :param table: target table (``catalog.schema.table``); created and evolved from the Arrow schema.
     :param file_format: ``parquet``, ``arrow`` or ``csv``; inferred from the file suffix when unset.
@@ -96,9 +101,14 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
     :param descriptions: column comments ``{column: text}`` managed on the table.
     :param role: ``primary_raw`` or ``derived``; the connection's default when unset.
     :param reconcile_first: plan and apply the table change before pushing (fails the task on a
-        refused change without sending anything).
+        refused change without sending anything). It runs before the write's whole-input check, so a
+        bad value then leaves the table it created; without it, a refused write creates nothing.
     :param batch_rows: rows per Arrow batch read from files.
+    :param csv_null_values: the unquoted CSV fields read as NULL (default pyarrow's list: the empty
+        field, ``NULL``, ``null``, ``NA``, ``N/A``, ``NaN``, ...; ``[]``: none). A quoted field is never
+        NULL, so ``""`` is an empty string.
     :param fetch_rows: rows per ``fetchmany`` from SQL.
+    :param spool_dir: where the SQL result is spooled (default: the system's temporary folder).
     :param cursor_kwargs: keyword arguments for the DB-API ``conn.cursor(...)`` of ``sql`` (not templated:
         they may hold driver classes).
     :param allow_empty: skip the task (instead of failing) when a glob matches no files.
@@ -165,6 +175,8 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         table_asset: bool = True,
         write_mode: str = "append",
         replace_key: str | None = None,
+        csv_null_values: Sequence[str] | None = None,
+        spool_dir: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -195,6 +207,8 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         self.table_asset = table_asset
         self.write_mode = write_mode
         self.replace_key = replace_key
+        self.csv_null_values = None if csv_null_values is None else list(csv_null_values)
+        self.spool_dir = spool_dir
         # The workspace host is in the connection, read only in execute: the alias is declared now
         # (outlets must be known when the DAG is parsed) and resolved to the table's asset then. Named
         # from the unrendered table, so a templated table keeps one alias across runs.
@@ -221,21 +235,28 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
             )
         return hook
 
-    def _batches(self, target_schema: pa.Schema | None) -> Iterator[pa.RecordBatch]:
+    def _input(self, target_schema: pa.Schema | None) -> Rereadable:
+        """The files, or the SQL result spooled to local disk: read twice by the write, to check every
+        row before the first is sent, then to send (``utils/sql_spool.py``)."""
         # pyarrow-backed readers are imported here, at execute time: DAG files import this module on
         # every parse, and pyarrow alone costs the DAG processor ~0.4 s per file.
         from airflow_provider.utils.sql import iter_sql_batches
-        from zerobus_orchestration.files import FileFormat, iter_file_batches, resolve_files
+        from airflow_provider.utils.sql_spool import spool
+        from zerobus_orchestration.files import FileInput, resolve_files
 
         if self.sql is not None:
-            return iter_sql_batches(
+            fetched = iter_sql_batches(
                 self._sql_hook(),
                 self.sql,
                 parameters=self.parameters,
                 fetch_rows=self.fetch_rows,
                 schema=target_schema,
                 cursor_kwargs=self.cursor_kwargs,
+                table=self.table,
             )
+            spooled = spool(fetched, declared=target_schema, spool_dir=self.spool_dir)
+            self.log.info("spooled %d row(s) of the SQL result to %s", spooled.rows, spooled.folder)
+            return spooled
         if not isinstance(self.path, str | list | tuple):
             raise AirflowFailException(
                 f"{self.task_id}: path rendered to {type(self.path).__name__}; give a path, a glob or a list"
@@ -248,22 +269,18 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
             raise AirflowFailException(f"{message}; check the path or set allow_empty=True")
         self.log.info("ingesting %d %s file(s) into %s", len(files.paths), files.format.value, self.table)
         self.lineage.inputs = [file_dataset(path) for path in files.paths]
-        batches = iter_file_batches(files, self.batch_rows, schema=target_schema)  # every file checked first
-        if target_schema is None and files.format is FileFormat.PARQUET:
-            # Empty Parquet files still declare their schema: the runtime creates the table from it.
-            return _schema_when_empty(batches, files.paths[0])
-        return batches
+        return FileInput(
+            files, batch_rows=self.batch_rows, schema=target_schema, csv_null_values=self.csv_null_values
+        )
 
-    def _reconcile_first(
-        self, batches: Iterator[pa.RecordBatch], schema: pa.Schema | None
-    ) -> Iterator[pa.RecordBatch]:
-        """Apply the table change before anything is pushed; peeks one batch when no schema was given."""
-        first: list[pa.RecordBatch] = []
-        if schema is None:
-            first = [batch for batch in (next(batches, None),) if batch is not None]
-            if not first:
-                return iter(())
-            schema = first[0].schema
+    def _reconcile_first(self, data: Rereadable, schema: pa.Schema | None) -> None:
+        """Apply the table change before anything is pushed, from ``schema`` or the input's own."""
+        schema = schema or data.empty_schema()
+        if schema is None:  # a SQL result without a declared schema: its first batch's
+            first = next(data.batches(), None)
+            if first is None:
+                return
+            schema = first.schema
         outcome = self.hook.reconcile(self.table, schema, role=self._role(), descriptions=self.descriptions)
         self.log.info(
             "reconciled %s: applied=%s version %s -> %s",
@@ -272,7 +289,6 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
             outcome.version_before,
             outcome.version_after,
         )
-        return _chain(first, batches)
 
     def _role(self) -> Role | None:
         if self.role is None or self.role == "":
@@ -304,7 +320,7 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
             partition = self._replace_partition(context, partition)
         summary: dict[str, Any] | None = None
         self.lineage = WriteLineage(descriptions=dict(self.descriptions or {}))
-        opened: list[Iterator[pa.RecordBatch]] = []  # the input and its wrappers, closed in ``finally``
+        data: Rereadable | None = None
         try:
             identity = table_identity(self.hook.get_config(), self.table)
             self.lineage.output, self.table_url = identity, identity.explorer_url
@@ -312,15 +328,12 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
                 arrow_schema_of_text(self.schema, table=self.table) if self.schema is not None else None
             )
             self.lineage.schema = target_schema
-            batches = self._batches(target_schema)
-            opened.append(batches)
+            data = self._input(target_schema)
             if self.reconcile_first:
-                batches = self._reconcile_first(batches, target_schema)
-                opened.append(batches)
-            tap = SchemaTap(batches)
+                self._reconcile_first(data, target_schema)
             result = self.hook.write(
                 self.table,
-                tap,
+                data,  # checked whole by the write before its first row is sent
                 source=source,
                 partition=partition,
                 descriptions=self.descriptions,
@@ -338,7 +351,7 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
             )
             if mode == WriteMode.REPLACE.value:
                 summary["replace_key"] = logical_partition(partition)
-            self.lineage.schema = tap.schema or target_schema
+            self.lineage.schema = target_schema or data.empty_schema()
             self.lineage.rows_written, self.lineage.bytes_written = result.rows_written, result.bytes_written
             self._emit_table_asset(context, identity, summary)
             self.log.info(
@@ -357,12 +370,11 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
             # would lose rows): a retry sends the same data and fails the same way.
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc
         finally:
-            # A failed write leaves the source half read: close it here, on this thread, so a SQL
-            # cursor is not closed later by the garbage collector on whichever thread runs it (SQLite
-            # refuses that, and the error would only be printed as "Exception ignored").
-            for generator in reversed(opened):
-                if isinstance(generator, Generator):
-                    generator.close()
+            if data is not None and self.sql is not None:
+                from airflow_provider.utils.sql_spool import SqlSpool
+
+                if isinstance(data, SqlSpool):
+                    data.close()  # the spooled result: nothing left on the worker's disk
             self.report_and_release(summary, tables=[str(summary["table"]) if summary else self.table])
         return redact(summary)  # type: ignore[no-any-return]
 
@@ -407,22 +419,3 @@ def _push_superseded(context: Context, exc: RunSupersededError, source: str, par
             "superseded_sources": list(exc.superseded),
         },
     )
-
-
-def _chain(first: list[pa.RecordBatch], rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    yield from first
-    yield from rest
-
-
-def _schema_when_empty(batches: Iterator[pa.RecordBatch], first_file: str) -> Iterator[pa.RecordBatch]:
-    """``batches``, or one empty batch of the first file's own schema when they hold none (so an empty
-    first write still creates the table; the footer is read only then)."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-
-    seen = False
-    for batch in batches:
-        seen = True
-        yield batch
-    if not seen:
-        yield pa.RecordBatch.from_pylist([], schema=ds.dataset(first_file, format="parquet").schema)

@@ -32,28 +32,58 @@ def _text_for_typed(pinned: pa.DataType | None, values: Sequence[Any]) -> bool:
 
 
 def _build_batch(
-    names: Sequence[str], rows: Sequence[Sequence[Any]], known: dict[str, pa.DataType]
+    names: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    known: dict[str, pa.DataType],
+    *,
+    first_row: int = 0,
+    table: str | None = None,
 ) -> pa.RecordBatch:
+    """The fetched ``rows`` (the result's rows ``first_row + 1`` on) as one batch of the known types."""
     columns = {name: [row[i] for row in rows] for i, name in enumerate(names)}
     arrays: list[pa.Array] = []
     for name, values in columns.items():
         pinned = known.get(name)
         try:
-            if _text_for_typed(pinned, values):
-                # Text holding a typed value (SQLite keeps timestamps and decimals as TEXT): parsed by
-                # Arrow's cast (ISO 8601, decimal notation), which refuses rather than guesses.
-                array = pa.array(values, type=pa.string()).cast(pinned)
-            else:
-                array = pa.array(values, type=pinned) if pinned is not None else pa.array(values)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as exc:
+            array = _array(values, pinned)
+        except _REFUSED as exc:
+            row, value = _first_refused(values, pinned)
+            at = f", row {first_row + row + 1:,} of the result (rows counted from 1)" if row >= 0 else ""
+            shown = f" the value {value!r}" if row >= 0 else " a value"
+            where = f"table {table}: " if table else ""
+            kind = f"the declared type {pinned}" if pinned is not None else "the column's type"
             raise ConfigError(
-                f"SQL column {name!r}: a value does not fit {pinned} ({exc}); cast it in the query or pass "
-                f"schema={{{name!r}: '<arrow type>'}}"
+                f"{where}SQL column {name!r}{at}:{shown} does not fit {kind} ({exc}), the type its earlier "
+                f"rows or the schema gave it. Fix: cast it in the query, or pass schema={{{name!r}: "
+                "'<type>'}} for a type that holds every value"
             ) from None
         if pinned is None and not pa.types.is_null(array.type):
             known[name] = array.type
         arrays.append(array)
     return pa.RecordBatch.from_arrays(arrays, names=list(names))
+
+
+_REFUSED = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError)
+
+
+def _array(values: Sequence[Any], pinned: pa.DataType | None) -> pa.Array:
+    if _text_for_typed(pinned, values):
+        # Text holding a typed value (SQLite keeps timestamps and decimals as TEXT): parsed by
+        # Arrow's cast (ISO 8601, decimal notation), which refuses rather than guesses.
+        return pa.array(values, type=pa.string()).cast(pinned)
+    return pa.array(values, type=pinned) if pinned is not None else pa.array(values)
+
+
+def _first_refused(values: Sequence[Any], pinned: pa.DataType | None) -> tuple[int, Any]:
+    """(index, value) of the first value that does not fit alone, or (-1, None) (the mix of values
+    is what does not fit: an inferred column holding two kinds of value)."""
+    if pinned is not None:
+        for index, value in enumerate(values):
+            try:
+                _array([value], pinned)
+            except _REFUSED:
+                return index, value
+    return -1, None
 
 
 def iter_sql_batches(
@@ -64,10 +94,12 @@ def iter_sql_batches(
     fetch_rows: int = 10_000,
     schema: pa.Schema | None = None,
     cursor_kwargs: Mapping[str, Any] | None = None,
+    table: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Run ``sql`` on ``hook.get_conn()`` and yield its rows in order. Add ORDER BY for resumable retries.
 
     ``cursor_kwargs`` go to ``conn.cursor(...)``, e.g. a server-side cursor (module docstring).
+    ``table``: the table written, named in a refusal.
     """
     if fetch_rows < 1:
         raise ConfigError(f"fetch_rows must be at least 1 (got {fetch_rows})")
@@ -89,9 +121,11 @@ def iter_sql_batches(
             raise ConfigError(
                 f"schema names columns {unknown} the query does not return (it returns {names})"
             )
+        fetched = 0
         while True:
             rows = first if first is not None else cursor.fetchmany(fetch_rows)
             first = None
             if not rows:
                 return
-            yield _build_batch(names, rows, known)
+            yield _build_batch(names, rows, known, first_row=fetched, table=table)
+            fetched += len(rows)

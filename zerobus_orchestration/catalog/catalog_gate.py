@@ -36,7 +36,9 @@ from zerobus_orchestration.catalog.base import (
     TableTags,
 )
 from zerobus_orchestration.catalog.guard import conform_batch
+from zerobus_orchestration.catalog.plan import plan
 from zerobus_orchestration.catalog.preconditions import primary_raw_conditions, require_conditions
+from zerobus_orchestration.catalog.projection import projected
 from zerobus_orchestration.config import CommentPolicy, Role
 from zerobus_orchestration.contracts import ContractDescriptions
 from zerobus_orchestration.errors import PreconditionsUnmetError
@@ -196,6 +198,26 @@ class CatalogGate:
             self._require(table, outcome.state)
         self._schedule_recheck(table)
         return outcome.state.arrow_schema()
+
+    def projected(self, table: str, schema: pa.Schema, after: TableState | None = None) -> TableState:
+        """The table as ``ensure(table, schema)`` would leave it, planned and not applied: nothing is
+        created or changed. Its ``arrow_schema()`` is the target ``ensure`` would return.
+
+        ``after``: what an earlier projection of the same write left (a later batch schema is planned
+        against it, as its ``ensure`` would run against the first one's table); None reads the catalog.
+        Raises where ``ensure`` would: ``PlanRefusedError``, ``PreconditionsUnmetError``.
+        """
+        desired = self.desired(table, schema)
+        if after is not None:
+            the_plan = plan(after, desired, allow_widening=desired.allow_widening)
+            the_plan.raise_if_refused()
+            return projected(after, the_plan)
+        live = self.catalog.describe(table)
+        if self.rechecks and live is not None and live.registered:
+            self._require(table, live)
+        the_plan = self.catalog.plan(table, desired)
+        the_plan.raise_if_refused()
+        return projected(live, the_plan)
 
     def conform(self, table: str, batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
         if self.rechecks and self._recheck_due_now(table):

@@ -211,9 +211,20 @@ def ingest(
         typer.Option(
             "--schema",
             help="Declare a column's type instead of inferring it, COLUMN=TYPE (e.g. 'ts=TIMESTAMP', "
-            "'price=DECIMAL(38,2) NOT NULL'); repeatable. Every file is checked before anything is sent.",
+            "'price=DECIMAL(38,2) NOT NULL'); repeatable.",
         ),
     ] = None,
+    csv_null: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--csv-null",
+            help="CSV: an unquoted field equal to this is NULL (repeatable; replaces the default list, "
+            "pyarrow's: '', NULL, null, NA, N/A, NaN, ...). A quoted field is never NULL.",
+        ),
+    ] = None,
+    no_csv_nulls: Annotated[
+        bool, typer.Option("--no-csv-nulls", help="CSV: no field is NULL, every string column is text.")
+    ] = False,
     mode: Annotated[
         str,
         typer.Option(
@@ -239,16 +250,18 @@ def ingest(
 ) -> None:
     """Write files into a table as one write; return once every row is durable.
 
-    Row positions count across all files in sorted path order, so re-running the same command resumes
-    after what was already delivered and sends only the rest. With ``--mode replace`` the earlier runs of
+    Every row of every file is checked against the table (or the table the write would create) before
+    the first is sent: a bad value anywhere fails the command with nothing sent and no table created,
+    naming the file, the row and the column. Row positions count across all files in sorted path
+    order, so re-running the same command resumes after what was already delivered and sends only the
+    rest. With ``--mode replace`` the earlier runs of
     the partition are deleted once this run's rows are visible; pass ``--partition KEY@RUN`` to make a
     replace resumable (re-running it resumes, then deletes).
     """
-    from zerobus_orchestration.cli.input_schema import input_schema
     from zerobus_orchestration.cli.write_mode import superseded_summary, write_partition
     from zerobus_orchestration.config import Role
     from zerobus_orchestration.errors import ConfigError, RunSupersededError
-    from zerobus_orchestration.files import declared_columns, iter_file_batches, resolve_files
+    from zerobus_orchestration.files import declared_columns, read_files
     from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes
     from zerobus_orchestration.write_modes import WriteMode, logical_partition, refuse_on_primary_raw
 
@@ -265,20 +278,18 @@ def ingest(
             ) from None
     partition = write_partition(write_mode, partition, replace_key, table=table, source=source)
     try:
-        inputs = resolve_files(files)
-        declared = declared_columns(schema)
-        batches = iter_file_batches(inputs, batch_rows=65_536, schema=declared)
+        nulls = () if no_csv_nulls else csv_null
+        inputs = read_files(files, schema=declared_columns(schema), csv_null_values=nulls)
         runtime = acquire_runtime(cfg)
         result = runtime.write(
             table,
-            batches,
+            inputs,  # checked whole before the first row is sent; an input without a row creates the table
             source=write_source,
             partition=partition,
             role=table_role,
             resume=not no_resume,
             mode=write_mode,
             replace_key=replace_key,
-            schema=input_schema(inputs, declared),  # an input without a row still creates the table
         ).as_dict()
     except RunSupersededError as exc:  # a newer run of the partition won: say which, then fail (exit 1)
         if as_json:

@@ -42,11 +42,12 @@ from zerobus_orchestration.errors import RunSupersededError
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.resume.pieces import ResumedPieces, resumed_pieces
-from zerobus_orchestration.runtime import embedded
+from zerobus_orchestration.runtime import embedded, failed_write
 from zerobus_orchestration.runtime.readback_service import ReadbackService
 from zerobus_orchestration.runtime.results import RuntimeHealth as RuntimeHealth
 from zerobus_orchestration.runtime.results import WriteResult as WriteResult
 from zerobus_orchestration.runtime.supersede import supersede
+from zerobus_orchestration.sink import input_check
 from zerobus_orchestration.sink.confirmation import LaneKind
 from zerobus_orchestration.sink.pool import StreamPool
 from zerobus_orchestration.sink.sink import ZerobusSink, is_in_memory
@@ -64,13 +65,18 @@ from zerobus_orchestration.write_modes import (
 )
 
 if TYPE_CHECKING:  # read-back's Iceberg side is imported on first use (see ``ReadbackService``)
+    import pyarrow.dataset as pads
+
+    from zerobus_orchestration.files import Rereadable
     from zerobus_orchestration.readback.endpoint import IcebergEndpoint
     from zerobus_orchestration.readback.status import ReadbackOutcome
     from zerobus_orchestration.runtime.embedded import EmulatorHandle
 
 log = logging.getLogger(__name__)
 
-ArrowData: TypeAlias = pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch]
+ArrowData: TypeAlias = (
+    "pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch] | Rereadable | pads.Dataset"
+)
 Descriptions: TypeAlias = Mapping[str, str] | ContractDescriptions | None
 
 DEFAULT_SINK_ID = "zerobus-orchestration"
@@ -245,12 +251,20 @@ class ZerobusRuntime:
 
         ``schema``: the input's schema when the caller knows it up front (a declared schema or contract,
         a file's own schema). A write that holds no row still creates a missing table, from ``schema``,
-        else from the input's own (a ``Table``, a batch, or a stream of empty batches), so a reader
-        downstream finds an empty table instead of none.
+        else from the input's own (a ``Table``, a batch, a file's, or a stream of empty batches), so a
+        reader downstream finds an empty table instead of none.
 
         ``not_before``: no attempt of this (source, partition) began before this time (an orchestrator's
         run start, shared by every retry): a resume then reads only the table's files holding rows
         stamped since (less ``zerobus.coverage.emit_margin_s``), not the table's whole history.
+
+        ``data`` that can be read again (``read_files(...)``, a ``pyarrow.dataset.Dataset``, a Table, a
+        batch, a list of batches) is checked whole before its first row is sent, so a bad value anywhere
+        refuses the write with nothing sent and no table created or changed; the error names the file
+        (or the input) and the row. A stream (a reader, an iterator) is checked as it is sent: if it
+        fails part way, the error says how many rows were delivered, at which positions
+        (``exc.rows_delivered``, ``exc.delivered``), and that a retry of the same input resumes after
+        them (``sink/input_check.py``, ``runtime/failed_write.py``).
         """
         started = time.monotonic()
         name = TableName.parse(table).full_name
@@ -270,31 +284,42 @@ class ZerobusRuntime:
             offset_column=offset_column,
             ordering_key=ordering_key,
         )
+        # Checked before anything is sent or created: re-readable input whole, a stream as it is read.
+        data, declared = input_check.checked(data, input_check.for_sink(sink, self.metrics))
+        schema = schema if schema is not None else declared
         resent_before = sink.pool.rows_possibly_resent  # the pool outlives writes: count this one's only
         skipped = resent_after_crash = 0
-        if resume:
-            pieces = self._resumed_pieces(
-                name,
-                data,
-                source=source,
-                partition=partition,
-                offset_column=offset_column,
-                not_before=not_before,
+        try:
+            if resume:
+                pieces = self._resumed_pieces(
+                    name,
+                    data,
+                    source=source,
+                    partition=partition,
+                    offset_column=offset_column,
+                    not_before=not_before,
+                )
+                # In-memory input is checked whole before anything is sent, resumed or not (see ``push``).
+                sink.push_positioned(pieces, whole=is_in_memory(data))
+                skipped = pieces.rows_read - sink.finish()[0].rows
+                resent_after_crash = pieces.rows_resent
+                schema = schema if schema is not None else pieces.schema
+                _log_resumed(name, source, partition, skipped, pieces)
+            else:
+                # Sent without a look: a later resume here reads since now.
+                self.coverage(name).touch(sink.key)
+                sink.push(data)
+        except Exception as exc:  # a stream stopped part way: say what was delivered, and how to go on
+            explained = failed_write.explained(
+                exc, sink, lambda: self.covered(name, source=source, partition=partition), resume=resume
             )
-            # In-memory input is checked whole before anything is sent, resumed or not (see ``push``).
-            sink.push_positioned(pieces, whole=is_in_memory(data))
-            skipped = pieces.rows_read - sink.finish()[0].rows
-            resent_after_crash = pieces.rows_resent
-            schema = schema if schema is not None else pieces.schema
-            _log_resumed(name, source, partition, skipped, pieces)
-        else:
-            self.coverage(name).touch(sink.key)  # sent without a look: a later resume here reads since now
-            sink.push(data)
+            if explained is exc:
+                raise
+            raise explained from exc
         sink.flush()  # the durability barrier: every confirmation has fired once this returns
         info, span = sink.finish()
         if info.rows == 0 and not skipped:
-            known = schema if schema is not None else _schema_of(data)
-            self._create_when_empty(name, known, role, descriptions, tags, source)
+            self._create_when_empty(name, schema, role, descriptions, tags, source)
         health = sink.health()
         store = self.coverage(name)
         if sink.pool.lane_kind is LaneKind.DERIVED:
@@ -598,22 +623,13 @@ class ZerobusRuntime:
             emulator.stop()
 
 
-def _batches(data: ArrowData) -> Iterable[pa.RecordBatch]:
+def _batches(data: input_check.Sendable) -> Iterable[pa.RecordBatch]:
     if isinstance(data, pa.RecordBatch):
         return (data,)
     if isinstance(data, pa.Table):
         batches: list[pa.RecordBatch] = data.to_batches()
         return batches
     return data
-
-
-def _schema_of(data: ArrowData) -> pa.Schema | None:
-    """The schema in-memory input carries even with no row (a stream's is known only once read)."""
-    if isinstance(data, pa.RecordBatch | pa.Table):
-        return data.schema
-    if isinstance(data, list | tuple) and data and isinstance(data[0], pa.RecordBatch):
-        return data[0].schema
-    return None
 
 
 def _log_resumed(name: str, source: str, partition: str, skipped: int, pieces: ResumedPieces) -> None:

@@ -205,18 +205,19 @@ def test_retried_ingest_resumes_from_coverage_without_duplicates(
             task_id="ingest", table="main.raw.retry_orders", path=str(tmp_path / "*.parquet"), batch_rows=10
         )
 
-    real = files_module.iter_file_batches
+    real = files_module.FileInput.batches
 
-    def flaky(files: Any, batch_rows: int, schema: Any = None) -> Iterator[pa.RecordBatch]:
-        for index, batch in enumerate(real(files, batch_rows, schema)):
+    def flaky(self: files_module.FileInput) -> Iterator[pa.RecordBatch]:
+        # The send's read (the whole-input check read the files fine before it, with ``located``).
+        for index, batch in enumerate(real(self)):
             if index == 3:
                 raise ConnectionResetError("network blip while reading the landing zone")
             yield batch
 
-    monkeypatch.setattr(files_module, "iter_file_batches", flaky)
-    with pytest.raises(ConnectionResetError):
+    monkeypatch.setattr(files_module.FileInput, "batches", flaky)
+    with pytest.raises(ConnectionResetError, match="Delivered before the failure: 30 row"):
         op.execute(_context("manual__retry", map_index=2))  # try 1: 30 rows delivered, then a failure
-    monkeypatch.setattr(files_module, "iter_file_batches", real)
+    monkeypatch.setattr(files_module.FileInput, "batches", real)
 
     retried = op.execute(_context("manual__retry", map_index=2))  # try 2: same dag/task/run/map index
     assert retried["rows_skipped"] == 30

@@ -14,7 +14,7 @@ import pytest
 
 from airflow_provider.utils.sql import iter_sql_batches
 from zerobus_orchestration.errors import ConfigError
-from zerobus_orchestration.files import FileFormat, iter_file_batches, resolve_files
+from zerobus_orchestration.files import FileFormat, FileInput, resolve_files
 from zerobus_orchestration.schema_text import arrow_schema_of_text
 
 
@@ -39,7 +39,7 @@ def test_globs_are_sorted_and_batches_bounded(tmp_path: Path) -> None:
     files = resolve_files(str(tmp_path / "*.parquet"))
     assert files.format is FileFormat.PARQUET
     assert [Path(p).name for p in files.paths] == ["a.parquet", "b.parquet"]
-    batches = list(iter_file_batches(files, batch_rows=4))
+    batches = list(FileInput(files, batch_rows=4).batches())
     assert max(b.num_rows for b in batches) <= 4
     ids = pa.Table.from_batches(batches)["order_id"].to_pylist()
     assert ids == list(range(25, 30)) + list(range(0, 25))  # a.parquet first, each file in row order
@@ -59,7 +59,7 @@ def test_arrow_ipc_file_and_stream_and_csv(
     _write_all_formats(tmp_path)
     files = resolve_files([str(tmp_path / name)])
     assert files.format is fmt
-    table = pa.Table.from_batches(list(iter_file_batches(files, batch_rows=5)))
+    table = pa.Table.from_batches(list(FileInput(files, batch_rows=5).batches()))
     assert table["order_id"].to_pylist() == list(expected)
 
 
@@ -73,7 +73,7 @@ def test_format_errors_name_the_fix(tmp_path: Path) -> None:
         resolve_files(str(tmp_path / "a.parquet"), "xlsx")
     assert resolve_files(str(tmp_path / "nothing-*.csv")).paths == ()
     with pytest.raises(ConfigError, match=r"missing\.parquet"):
-        list(iter_file_batches(resolve_files(str(tmp_path / "missing.parquet")), 10))
+        list(FileInput(resolve_files(str(tmp_path / "missing.parquet")), batch_rows=10).batches())
 
 
 FETCH_SIZES: list[int] = []

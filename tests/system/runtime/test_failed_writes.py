@@ -1,0 +1,104 @@
+"""A write that fails on bad data leaves nothing surprising (issue 24), through the runtime: the official
+SDK against the embedded emulator, read back from the Delta table itself.
+
+- Re-readable input (``read_files``, a ``pyarrow.dataset.Dataset``) with one bad DATE in row 150,000 of
+  200,000: refused with 0 rows sent and no table created (the old write path had sent the first
+  131,072 rows, left them in the table, and said nothing of them).
+- A stream (a ``RecordBatchReader``) fails where the bad batch comes; the error says how many rows were
+  delivered, those rows are in the table once, and a retry of the same stream, corrected, resumes after
+  them: every row once, none twice.
+- A stream whose first batch is refused leaves no table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pytest
+from deltalake import DeltaTable
+
+from tests.support.bad_input import BAD_ROW, ROWS, events, events_parquet
+from zerobus_orchestration.errors import WriteBoundaryError
+from zerobus_orchestration.files import read_files
+from zerobus_orchestration.reserved import OFFSET
+from zerobus_orchestration.runtime.facade import ZerobusRuntime
+from zerobus_orchestration.tables import table_uri
+
+TABLE = "main.raw.events"
+
+
+def _delta(rt: ZerobusRuntime) -> pa.Table:
+    rt.delta_version(TABLE)  # the emulator commits what it acknowledged
+    return DeltaTable(table_uri(rt.config.warehouse, TABLE)).to_pyarrow_table()
+
+
+def _assert_refused_whole(
+    rt: ZerobusRuntime, failure: pytest.ExceptionInfo[WriteBoundaryError], where: str
+) -> None:
+    assert (failure.value.kind, failure.value.column) == ("out_of_range", "day")
+    assert f"Where: {where}, row {BAD_ROW:,} (rows counted from 1)" in str(failure.value)
+    assert "Nothing of this write was sent" in str(failure.value)
+    rt.flush()
+    assert rt.catalog.describe(TABLE) is None  # no table, not even an empty one
+    assert not Path(table_uri(rt.config.warehouse, TABLE)).exists()
+    assert rt.covered(TABLE, source="events") == ()
+
+
+def test_a_bad_date_in_row_150000_of_a_parquet_file_leaves_no_row_and_no_table(
+    runtime: ZerobusRuntime, tmp_path: Path
+) -> None:
+    path = events_parquet(tmp_path / "events.parquet")
+    with pytest.raises(WriteBoundaryError) as failure:
+        runtime.write(TABLE, read_files(str(path)), source="events")
+    _assert_refused_whole(runtime, failure, str(path))
+    # Corrected, the same command writes every row once.
+    events_parquet(path, bad_row=None)
+    result = runtime.write(TABLE, read_files(str(path)), source="events")
+    assert (result.rows_written, result.rows_skipped) == (ROWS, 0)
+    assert _delta(runtime).num_rows == ROWS
+
+
+def test_a_dataset_input_is_checked_whole_too(runtime: ZerobusRuntime, tmp_path: Path) -> None:
+    path = events_parquet(tmp_path / "events.parquet")
+    with pytest.raises(WriteBoundaryError) as failure:
+        runtime.write(TABLE, ds.dataset(str(path), format="parquet"), source="events")
+    _assert_refused_whole(runtime, failure, str(path))
+
+
+def test_a_failed_stream_says_what_it_delivered_and_a_retry_resumes_after_it(
+    runtime: ZerobusRuntime,
+) -> None:
+    bad = events()
+    batches = bad.to_batches(max_chunksize=65_536)  # the bad row is in the third batch
+    with pytest.raises(WriteBoundaryError) as failure:
+        runtime.write(TABLE, pa.RecordBatchReader.from_batches(bad.schema, batches), source="events")
+    message = str(failure.value)
+    assert failure.value.kind == "out_of_range"
+    assert "Delivered before the failure: 131,072 row(s) of this write" in message
+    assert "now holds 131,072 row(s), at positions 0 .. 131,072" in message
+    assert "A retry of the same input resumes after them" in message
+    assert failure.value.rows_delivered == 131_072  # type: ignore[attr-defined]
+    assert _delta(runtime).num_rows == 131_072  # what the error says is what the table holds
+
+    fixed = events(bad_row=None)
+    retry = runtime.write(
+        TABLE, pa.RecordBatchReader.from_batches(fixed.schema, fixed.to_batches(65_536)), source="events"
+    )
+    assert (retry.rows_skipped, retry.rows_written) == (131_072, ROWS - 131_072)
+    rows = _delta(runtime)
+    assert rows.num_rows == ROWS
+    assert pc.count_distinct(rows[OFFSET]).as_py() == ROWS  # 0 duplicates
+    assert sorted(rows["id"].to_pylist()) == list(range(ROWS))
+
+
+def test_a_stream_whose_first_batch_is_refused_leaves_no_table(runtime: ZerobusRuntime) -> None:
+    bad = events(rows=1_000, bad_row=10)
+    with pytest.raises(WriteBoundaryError) as failure:
+        runtime.write(TABLE, iter(bad.to_batches(max_chunksize=100)), source="events")
+    assert "Where: the streamed input, row 10 (rows counted from 1)" in str(failure.value)
+    assert "Delivered before the failure" not in str(failure.value)
+    runtime.flush()
+    assert runtime.catalog.describe(TABLE) is None
