@@ -8,7 +8,7 @@ PY_DIRS := zerobus_orchestration dagster_defs airflow_provider tests benchmarks 
 LOOPBACK_ENV := env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY -u grpc_proxy -u GRPC_PROXY \
 	NO_PROXY=127.0.0.1,localhost no_proxy=127.0.0.1,localhost no_grpc_proxy=127.0.0.1,localhost
 
-.PHONY: venv demo test lint typecheck pytest docs docs-check bench bench-report proto clean
+.PHONY: venv demo test test-fast lint typecheck pytest docs docs-check bench bench-report proto clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,10 +30,23 @@ lint: $(STAMP) docs-check
 typecheck: $(STAMP)
 	$(BIN)/mypy zerobus_orchestration dagster_defs airflow_provider benchmarks tools
 
+# `make pytest` is serial unless WORKERS is given (`make pytest WORKERS=2 PYTEST_ARGS=...`): one file on a
+# shared machine should not take every core. `make test` and `make test-fast` run on TEST_WORKERS workers
+# (pytest-xdist; worksteal moves queued tests from a busy worker to an idle one, so one slow file does not
+# hold the run) and print the 25 slowest tests, so a new slow test shows in the CI log.
+TEST_WORKERS ?= auto
+XDIST = $(if $(WORKERS),-n $(WORKERS) --dist worksteal)
 pytest: $(STAMP)
-	$(LOOPBACK_ENV) $(BIN)/pytest $(PYTEST_ARGS)
+	$(LOOPBACK_ENV) $(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
+test: WORKERS ?= $(TEST_WORKERS)
+test: PYTEST_ARGS += --durations=25
 test: lint typecheck pytest
+
+# The edit loop: lint, types, unit and integration tests, without the tests marked slow (tests/README.md).
+test-fast: lint typecheck
+	$(LOOPBACK_ENV) $(BIN)/pytest -n $(or $(WORKERS),$(TEST_WORKERS)) --dist worksteal -m "not slow" \
+		--durations=10 $(PYTEST_ARGS) tests/unit tests/integration
 
 # The site (mkdocs.yml) into .site/: --strict fails on a broken link or anchor, README.md included. The
 # generated parts of docs/ (settings from config.py's field descriptions, the CLI from its parser, the
