@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from zerobus_orchestration import intervals
 from zerobus_orchestration.coverage.digest import RangeDigest
+from zerobus_orchestration.errors import ZerobusOrchestrationError
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 
 VERSION = 1
@@ -27,7 +28,7 @@ _HEAD = struct.Struct("<qqqI")
 _RUN = struct.Struct("<qq")
 
 
-class PackError(ValueError):
+class PackError(ZerobusOrchestrationError, ValueError):
     """A packed body this release cannot read (damaged, or written by a later release)."""
 
 
