@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from pydantic import Field
 
 from dagster_defs.drift import SCHEMA_CHANGES, contract_of, describe_changes
+from dagster_defs.failures import for_good
 from dagster_defs.handlers import (
     ArrowTypeHandler,
     ZerobusTypeHandler,
@@ -253,7 +254,12 @@ def _failure_explained(
         # The output failed part-way (e.g. its generator raised). Drain what is in flight so
         # coverage holds every acknowledged row before a retry of this step resumes from it.
         _drain_quietly(rt, context)
-        exc.add_note(_landed_note(rt, table, source, partition, mode))
+        note = _landed_note(rt, table, source, partition, mode)
+        failure = for_good(exc)  # refused credentials or table: a retry would fail the same way
+        if failure is not None:
+            failure.add_note(note)
+            raise failure from exc
+        exc.add_note(note)
         raise
 
 

@@ -21,6 +21,7 @@ import dagster as dg
 import pyarrow as pa
 from pydantic import Field, PrivateAttr, SecretStr
 
+from dagster_defs.failures import for_good
 from zerobus_orchestration.config import (
     SHARED_EMULATOR_MODE,
     EmulatorMode,
@@ -29,7 +30,7 @@ from zerobus_orchestration.config import (
     load_config,
     nest_keys,
 )
-from zerobus_orchestration.errors import ConfigError
+from zerobus_orchestration.errors import ConfigError, ZerobusOrchestrationError
 from zerobus_orchestration.runtime.facade import WriteResult, ZerobusRuntime
 from zerobus_orchestration.runtime.registry import acquire_runtime, release_runtime
 from zerobus_orchestration.sink.sink import ZerobusSink
@@ -120,6 +121,7 @@ class ZerobusResource(dg.ConfigurableResource):  # type: ignore[type-arg]
 
     _runtime: ZerobusRuntime | None = PrivateAttr(default=None)
     _acquired: ZerobusConfig | None = PrivateAttr(default=None)
+    _deferred: ZerobusOrchestrationError | None = PrivateAttr(default=None)  # setup's retriable failure
 
     @classmethod
     def from_config(cls, cfg: ZerobusConfig) -> "ZerobusResource":
@@ -167,7 +169,20 @@ class ZerobusResource(dg.ConfigurableResource):  # type: ignore[type-arg]
             # no write runtime (no stream pool, no emulator lease); ``runtime`` still acquires lazily.
             return
         cfg = self.zerobus_config()
-        self._runtime = acquire_runtime(cfg)
+        try:
+            self._runtime = acquire_runtime(cfg)
+        except ZerobusOrchestrationError as exc:
+            failure = for_good(exc)
+            if failure is not None:
+                raise failure from exc
+            if not exc.retriable:
+                raise
+            # A resource that fails to initialise fails its step without the asset's RetryPolicy
+            # (docs/architecture.md#dagster), yet this failure may pass (an endpoint down now): the step
+            # meets it again on first use, where the policy applies.
+            self._deferred = exc
+            log.warning("zerobus: the runtime did not start (%s); the step fails on first use", exc)
+            return
         self._acquired = cfg
         log.debug("zerobus runtime %s (embedded=%s)", cfg.config_hash(), cfg.embedded)
 
@@ -193,9 +208,18 @@ class ZerobusResource(dg.ConfigurableResource):  # type: ignore[type-arg]
     @property
     def runtime(self) -> ZerobusRuntime:
         """The process-scoped runtime (acquired lazily when used outside a Dagster run, e.g. a script)."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            raise deferred  # what setup met, once: this step fails with it, a retry starts afresh
         if self._runtime is None:
             cfg = self.zerobus_config()
-            self._runtime = acquire_runtime(cfg)
+            try:
+                self._runtime = acquire_runtime(cfg)
+            except ZerobusOrchestrationError as exc:
+                failure = for_good(exc)
+                if failure is not None:
+                    raise failure from exc
+                raise
             self._acquired = cfg
         return self._runtime
 

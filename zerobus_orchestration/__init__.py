@@ -27,11 +27,14 @@ if TYPE_CHECKING:
     from zerobus_orchestration.config import ZerobusConfig, load_config
     from zerobus_orchestration.errors import (
         ConfigError,
+        CredentialsRefusedError,
+        NeedsOperatorError,
         PlanRefusedError,
         PreconditionsUnmetError,
         ReadbackTimeoutError,
         ResumeMismatchError,
         RunSupersededError,
+        TableUnavailableError,
         WriteBoundaryError,
         ZerobusOrchestrationError,
     )
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
     from zerobus_orchestration.runtime.registry import acquire_runtime, release_runtime
     from zerobus_orchestration.runtime.results import WriteResult
     from zerobus_orchestration.sink import CommitInfo, DeliveryFailedError, Receipt, ZerobusSink
+    from zerobus_orchestration.transport.reachability import EndpointUnreachableError
 
 from zerobus_orchestration._version import __version__
 
@@ -71,12 +75,19 @@ _EXPORTS: dict[str, str] = {
     "ResumeMismatchError": "zerobus_orchestration.errors",
     "RunSupersededError": "zerobus_orchestration.errors",
     "ReadbackTimeoutError": "zerobus_orchestration.errors",
+    "EndpointUnreachableError": "zerobus_orchestration.transport.reachability",
+    "NeedsOperatorError": "zerobus_orchestration.errors",
+    "CredentialsRefusedError": "zerobus_orchestration.errors",
+    "TableUnavailableError": "zerobus_orchestration.errors",
 }
 
 __all__ = [
     "CommitInfo",
     "ConfigError",
+    "CredentialsRefusedError",
     "DeliveryFailedError",
+    "EndpointUnreachableError",
+    "NeedsOperatorError",
     "PlanRefusedError",
     "PreconditionsUnmetError",
     "ReadbackOutcome",
@@ -86,6 +97,7 @@ __all__ = [
     "Receipt",
     "ResumeMismatchError",
     "RunSupersededError",
+    "TableUnavailableError",
     "WriteBoundaryError",
     "WriteResult",
     "ZerobusConfig",

@@ -482,8 +482,9 @@ class ZerobusConfig(_Model):
     connect_timeout_s: float = Field(
         10.0,
         gt=0,
-        description="Remote endpoint: the runtime contacts the endpoint and the token endpoint once at "
-        "start, each bounded by this, and fails naming the URL and the cause if either does not answer.",
+        description="Remote endpoint: at start the runtime asks the endpoint one gRPC question and the token "
+        "endpoint for a token, both at once, each bounded by this, and fails naming the URL, the setting "
+        "and the cause if either does not answer.",
     )
     warehouse: str = Field(DEFAULT_WAREHOUSE, description="Embedded warehouse folder or s3:// URI.")
     storage_options: dict[str, SecretStr] = Field(

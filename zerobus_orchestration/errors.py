@@ -224,6 +224,50 @@ class FatalTransportError(TransportError):
         super().__init__(message, error_class=ErrorClass.FATAL, code=code)
 
 
+class NeedsOperatorError(FatalTransportError):
+    """No retry can help until someone acts: the service refused the client credentials, or refuses the
+    table. Orchestrators fail the task for good on it (Airflow ``AirflowFailException``, Dagster
+    ``Failure(allow_retries=False)``); ``needing_operator`` finds one behind a wrapping error.
+    """
+
+
+class CredentialsRefusedError(NeedsOperatorError):
+    """The token endpoint refused the client credentials (HTTP 4xx, e.g. OAuth ``invalid_client``).
+
+    Not retriable: the same id and secret are refused again until the config changes. ``client_id``
+    and ``token_url`` name what was refused; the secret is never part of the error.
+    """
+
+    def __init__(self, message: str, *, client_id: str | None = None, token_url: str | None = None) -> None:
+        super().__init__(message, code="UNAUTHENTICATED")
+        self.client_id = client_id
+        self.token_url = token_url
+
+
+class TableUnavailableError(NeedsOperatorError):
+    """The service refuses every stream to the table until someone repairs it (gRPC FAILED_PRECONDITION,
+    "the client should not retry until the system state has been explicitly fixed"): the emulator's
+    failed table (a batch Delta refuses; docs/runbook.md#emulator-a-table-is-failed). Not retriable; the
+    message is the service's reason and fix. ``table`` where the raise site knows it.
+    """
+
+    def __init__(self, message: str, *, table: str | None = None) -> None:
+        super().__init__(message, code="FAILED_PRECONDITION")
+        self.table = table
+
+
+def needing_operator(exc: BaseException) -> NeedsOperatorError | None:
+    """The ``NeedsOperatorError`` that ``exc`` is or was caused by (its ``__cause__`` chain), else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, NeedsOperatorError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__
+    return None
+
+
 class CatalogError(ZerobusOrchestrationError):
     """The catalog could not describe or reconcile a table."""
 

@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider.operators.base import ZerobusBaseOperator
 from airflow_provider.utils.observability import redact
 from zerobus_orchestration.config import Role
-from zerobus_orchestration.errors import ConfigError, PlanRefusedError
+from zerobus_orchestration.errors import ConfigError, NeedsOperatorError, PlanRefusedError
 from zerobus_orchestration.schema_text import arrow_schema_of_text
 
 if TYPE_CHECKING:
@@ -106,7 +106,8 @@ class ZerobusReconcileOperator(ZerobusBaseOperator):
                 outcome.version_after,
             )
             return redact(summary)  # type: ignore[no-any-return]
-        except (PlanRefusedError, ConfigError) as exc:
+        except (PlanRefusedError, ConfigError, NeedsOperatorError) as exc:
+            # Refused credentials or table included: a retry is refused the same way until someone acts.
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc
         finally:
             self.report_and_release(tables=[self.table])

@@ -36,6 +36,7 @@ from airflow_provider.utils.observability import redact
 from zerobus_orchestration.config import Role
 from zerobus_orchestration.errors import (
     ConfigError,
+    NeedsOperatorError,
     PlanRefusedError,
     ResumeMismatchError,
     RunSupersededError,
@@ -365,9 +366,15 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
             # A newer run of this partition holds it (the table's order): a retry cannot change that.
             _push_superseded(context, exc, source, partition)
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc
-        except (PlanRefusedError, WriteBoundaryError, ConfigError, ResumeMismatchError) as exc:
-            # Bad input, a refused table change, or an input that changed since an earlier try (resume
-            # would lose rows): a retry sends the same data and fails the same way.
+        except (
+            PlanRefusedError,
+            WriteBoundaryError,
+            ConfigError,
+            ResumeMismatchError,
+            NeedsOperatorError,
+        ) as exc:
+            # Bad input, a refused table change, an input that changed since an earlier try (resume
+            # would lose rows), refused credentials or a refused table: a retry fails the same way.
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc
         finally:
             if data is not None and self.sql is not None:

@@ -38,7 +38,7 @@ from zerobus_orchestration.config import Role, ZerobusConfig
 from zerobus_orchestration.contracts import ContractDescriptions
 from zerobus_orchestration.coverage import compaction, table_truth
 from zerobus_orchestration.coverage.store import CoverageStore
-from zerobus_orchestration.errors import RunSupersededError
+from zerobus_orchestration.errors import RunSupersededError, needing_operator, restated
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.resume.pieces import ResumedPieces, resumed_pieces
@@ -311,12 +311,21 @@ class ZerobusRuntime:
                 sink.push(data)
         except Exception as exc:  # a stream stopped part way: say what was delivered, and how to go on
             explained = failed_write.explained(
-                exc, sink, lambda: self.covered(name, source=source, partition=partition), resume=resume
+                _what_failed(exc),
+                sink,
+                lambda: self.covered(name, source=source, partition=partition),
+                resume=resume,
             )
             if explained is exc:
                 raise
             raise explained from exc
-        sink.flush()  # the durability barrier: every confirmation has fired once this returns
+        try:
+            sink.flush()  # the durability barrier: every confirmation has fired once this returns
+        except Exception as exc:
+            failure = _what_failed(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
         info, span = sink.finish()
         if info.rows == 0 and not skipped:
             self._create_when_empty(name, schema, role, descriptions, tags, source)
@@ -621,6 +630,13 @@ class ZerobusRuntime:
             if hasattr(self, "readbacks"):  # not yet built when the constructor failed
                 self.readbacks.emulator = None
             emulator.stop()
+
+
+def _what_failed(exc: BaseException) -> BaseException:
+    """``exc``, or the refused credentials or refused table it carries (``needing_operator``), restated:
+    what an orchestrator's retry policy branches on, whatever error of the send or the flush held it."""
+    operator = needing_operator(exc)
+    return exc if operator is None or operator is exc else restated(operator, str(operator))
 
 
 def _batches(data: input_check.Sendable) -> Iterable[pa.RecordBatch]:

@@ -30,7 +30,14 @@ import pyarrow as pa
 from prometheus_client import Counter
 
 from zerobus_orchestration.config import PoolConfig
-from zerobus_orchestration.errors import ErrorClass, SinkClosedError
+from zerobus_orchestration.errors import (
+    ErrorClass,
+    SinkClosedError,
+    TableUnavailableError,
+    ZerobusOrchestrationError,
+    needing_operator,
+    restated,
+)
 from zerobus_orchestration.metrics import SinkMetrics, default_metrics
 from zerobus_orchestration.ranges import CoverageRecorder, OffsetRange
 from zerobus_orchestration.sink.ack_lane import AckLane
@@ -277,6 +284,22 @@ class StreamPool:
                 # The wait for a healthy member starts again after the backoff the service asked for.
                 deadline = max(deadline, time.monotonic() + self.config.healthy_member_wait_s)
 
+    def _beyond_repair(self, what: str, fatal: BaseException | None) -> ZerobusOrchestrationError:
+        """The error a pusher gets from a pool that cannot send: the cause itself where no retry can help
+        until someone acts (refused credentials, a refused table: ``needing_operator``), so the caller
+        sees what failed; otherwise ``PoolUnavailableError`` naming the cause."""
+        operator = None if fatal is None else needing_operator(fatal)
+        if operator is not None:
+            error: ZerobusOrchestrationError = restated(operator, str(operator))
+            if isinstance(error, TableUnavailableError) and error.table is None:
+                error.table = self.table
+        else:
+            error = PoolUnavailableError(
+                f"{self.table}: {what}" + ("" if fatal is None else f": {fatal}"), table=self.table
+            )
+        error.__cause__ = fatal
+        return error
+
     def _place(self, key: str | None, nbytes: int, deadline: float) -> tuple[Member, Share]:
         """A serving member for the batch and ``nbytes`` of its share of the byte budget.
 
@@ -383,10 +406,8 @@ class StreamPool:
                     if member.serving:
                         return member
                     if member.failed_for_good:
-                        raise PoolUnavailableError(
-                            f"{self.table}: stream {member.index} for ordering key {key!r} failed: "
-                            f"{member.fatal}",
-                            table=self.table,
+                        raise self._beyond_repair(
+                            f"stream {member.index} for ordering key {key!r} failed", member.fatal
                         )
                 else:
                     for step in range(self.size):
@@ -395,9 +416,8 @@ class StreamPool:
                             self._rr = (candidate.index + 1) % self.size
                             return candidate
                     if all(m.failed_for_good for m in self._members):
-                        raise PoolUnavailableError(
-                            f"{self.table}: every stream failed beyond repair", table=self.table
-                        )
+                        fatal = next((m.fatal for m in self._members if m.fatal is not None), None)
+                        raise self._beyond_repair("every stream failed beyond repair", fatal)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     states = ", ".join(f"{m.index}:{m.state}" for m in self._members)
@@ -543,13 +563,14 @@ class StreamPool:
             errors = "; ".join(
                 f"stream {m.index}: {m.last_loss or m.fatal}" for m in self._members if m.failed_batches
             )
+            causes = [m.last_loss or m.fatal for m in self._members if m.failed_batches]
             raise DeliveryFailedError(
                 f"{self.table}: {failed} batch(es) were not delivered ({errors}). Their receipts carry "
                 "the cause and coverage excludes them, so a re-run re-sends exactly those ranges once "
                 "the cause is fixed",
                 table=self.table,
                 failed_batches=failed,
-            )
+            ) from next((c for c in causes if c is not None), None)
         unrecorded = 0 if unrecorded_before is None else self.confirm_errors - unrecorded_before
         if unrecorded > 0:
             raise CoverageNotRecordedError(

@@ -35,6 +35,8 @@ from zerobus_orchestration.sink.lane_telemetry import LaneTelemetry
 from zerobus_orchestration.sink.member import Member, MemberState
 from zerobus_orchestration.transport.classify import classify, retry_delay_s
 
+_FOR_GOOD = (ErrorClass.FATAL, ErrorClass.SCHEMA_REJECTED)  # what no re-open can fix
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -196,7 +198,7 @@ class Supervisor:
             stream = pool.transport.open_stream(pool.table, schema)
         except Exception as exc:
             error_class = classify(exc)
-            if error_class in (ErrorClass.FATAL, ErrorClass.SCHEMA_REJECTED):
+            if error_class in _FOR_GOOD:
                 self.fail_member(member, exc)
                 return
             self.back_off(member, exc, error_class)
@@ -297,6 +299,11 @@ class Supervisor:
         kept = lane.take_unconfirmed()
         failed = lane.state is LaneState.FAILED
         with member.lock:
+            if failed and member.fatal is None and lane.error_class in _FOR_GOOD:
+                # The lane saw why its stream died (refused credentials, a refused table) after a submit
+                # had already marked the member rebuilding for the SDK's bare "stream is closed": no
+                # re-open, which the service would refuse the same way after the SDK's own retries.
+                member.fatal = lane.error
             member.retire(lane, kept)
             dropped = self._drop_rejected_locked(member) if lane.error is not None else []
             if failed:
@@ -397,7 +404,7 @@ class Supervisor:
         # The pool lives as long as the process: a member lost to a passing outage must come back, or
         # every later write to the table fails. What a retry cannot fix (auth, config, schema) stays failed.
         pool, cooldown_s = self._pool, self._pool.config.failed_member_cooldown_s
-        recoverable = classify(error) not in (ErrorClass.FATAL, ErrorClass.SCHEMA_REJECTED)
+        recoverable = classify(error) not in _FOR_GOOD
         with member.lock:
             pending = member.fail(error, reopen_at=time.monotonic() + cooldown_s if recoverable else None)
         for item in pending:

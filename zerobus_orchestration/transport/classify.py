@@ -20,14 +20,20 @@ from zerobus_orchestration.errors import (
     FatalTransportError,
     SchemaRejectedError,
     StreamPoisonedError,
+    TableUnavailableError,
     TransientError,
     TransportError,
     ZerobusOrchestrationError,
 )
 
 # gRPC status code names, by the class the sink gives them.
-_FATAL_CODES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED", "NOT_FOUND", "UNIMPLEMENTED"})
-_POISON_CODES = frozenset({"INVALID_ARGUMENT", "OUT_OF_RANGE", "DATA_LOSS", "FAILED_PRECONDITION"})
+# FAILED_PRECONDITION is fatal: gRPC defines it as "the client should not retry until the system state has
+# been explicitly fixed" (grpc/grpc doc/statuscodes.md); the emulator refuses a failed table's streams with
+# it. The SDK still retries it (every code but six is retryable to it), which only delays the failure.
+_FATAL_CODES = frozenset(
+    {"UNAUTHENTICATED", "PERMISSION_DENIED", "NOT_FOUND", "UNIMPLEMENTED", "FAILED_PRECONDITION"}
+)
+_POISON_CODES = frozenset({"INVALID_ARGUMENT", "OUT_OF_RANGE", "DATA_LOSS"})
 _CONCURRENCY_CODES = frozenset({"RESOURCE_EXHAUSTED"})
 # Everything else (UNAVAILABLE, INTERNAL, UNKNOWN, DEADLINE_EXCEEDED, ABORTED, CANCELLED) is transient.
 
@@ -61,6 +67,10 @@ _AUTH_MARKERS = (
     "unauthenticated",
     "permission denied",
 )
+# "Token fetch failed: Network error: error sending request for url (...)": the SDK's TokenFetchError, which
+# it raises as retryable (a network error or HTTP 5xx from the token endpoint; rust/sdk/src/errors.rs in
+# databricks/zerobus-sdk). Only a non-retriable token error (InvalidUCTokenError, HTTP 4xx) is fatal.
+_TOKEN_FETCH_MARKERS = ("token fetch",)
 _CONFIG_MARKERS = (
     "invalid table name",
     "invalid zerobus endpoint",
@@ -250,6 +260,8 @@ def classify(exc: BaseException) -> ErrorClass:
             if not non_retriable and cls is ErrorClass.TRANSIENT and not _mentions_timeout(lower):
                 return ErrorClass.POISON
             return cls
+        if not non_retriable and any(marker in lower for marker in _TOKEN_FETCH_MARKERS):
+            return ErrorClass.TRANSIENT  # the token endpoint is down or failing, not refusing
         if any(marker in lower for marker in _AUTH_MARKERS):
             return ErrorClass.FATAL
         if _mentions_timeout(lower):
@@ -281,4 +293,28 @@ def to_transport_error(exc: BaseException, context: str) -> TransportError:
         return StreamPoisonedError(message, code=code)
     if cls is ErrorClass.TRANSIENT:
         return TransientError(message, code=code)
+    if code == "FAILED_PRECONDITION":
+        # The service's own reason leads (the emulator's names the table, the cause and the repair).
+        return TableUnavailableError(
+            f"{service_message(exc)} ({context}: refused with FAILED_PRECONDITION; no retry helps until the "
+            "table is repaired)"
+        )
     return FatalTransportError(message, code=code)
+
+
+def service_message(exc: BaseException) -> str:
+    """The status message the service sent, from the SDK's ``code: '...', message: "..."`` text (tonic's
+    rendering of a status); the whole text where there is none."""
+    details = getattr(exc, "details", None)
+    if callable(details):  # a grpc.RpcError carries it as such
+        try:
+            return str(details())
+        except Exception:  # a broken error object: its text still says what happened
+            return str(exc)
+    text = str(exc)
+    start = text.find('message: "')
+    if start < 0:
+        return text
+    start += len('message: "')
+    end = text.find('"', start)
+    return text[start:end] if end > start else text[start:]

@@ -18,7 +18,9 @@ Two SDK behaviours are corrected here rather than passed through (both measured 
   index metadata) are relabelled to the stream schema; real differences raise ``SchemaRejectedError``
   naming the columns, before anything is sent, and the stream stays usable.
 * A token endpoint refusing the client credentials (HTTP 401/403, "Specified UC token is in invalid
-  format") surfaces as a bare ``NonRetriableException``; it is fatal (fix the credentials), not poison.
+  format") surfaces as a bare ``NonRetriableException``; it is ``CredentialsRefusedError`` naming the
+  client id (fix the credentials), not poison. A token endpoint that cannot be reached raises a
+  retryable ``ZerobusException`` ("Token fetch failed: Network error"): transient, not refused.
 
 Reconnects inside a stream are invisible in the SDK's Arrow API (no callback, no state, no recovery
 count; ``ack_callback`` is refused for Arrow streams), yet each one replays every batch not yet
@@ -57,6 +59,7 @@ from zerobus_orchestration.config import SdkStreamOptions, ZerobusConfig
 from zerobus_orchestration.errors import (
     ConcurrencyRejectedError,
     ConfigError,
+    CredentialsRefusedError,
     ErrorClass,
     FatalTransportError,
     SchemaRejectedError,
@@ -126,11 +129,14 @@ def arrow_stream_options(options: SdkStreamOptions) -> Any:
     )
 
 
-def transport_error(exc: BaseException, context: str) -> TransportError:
+def transport_error(
+    exc: BaseException, context: str, *, client_id: str | None = None, token_url: str | None = None
+) -> TransportError:
     """``classify.to_transport_error``, correcting two SDK cases that would otherwise read as poison.
 
-    A batch refused for its schema is a schema rejection of that batch (the stream is fine); refused
-    client credentials are fatal.
+    A batch refused for its schema is a schema rejection of that batch (the stream is fine); client
+    credentials the token endpoint refused (a non-retriable token error) are ``CredentialsRefusedError``
+    naming ``client_id`` and ``token_url`` where the caller knows them.
     """
     error = to_transport_error(exc, context)
     if not isinstance(error, StreamPoisonedError | FatalTransportError):
@@ -141,13 +147,21 @@ def transport_error(exc: BaseException, context: str) -> TransportError:
             f"{context}: {exc}; fix: send batches with exactly the stream's schema (nothing was sent)",
             code="INVALID_ARGUMENT",
         )
-    if any(marker in text for marker in _CREDENTIALS_REFUSED):
-        return FatalTransportError(
-            f"{context}: the token endpoint refused the client credentials ({exc}); fix: check the "
-            "service principal's client_id and client_secret",
-            code="UNAUTHENTICATED",
+    if _is_non_retriable(exc) and any(marker in text for marker in _CREDENTIALS_REFUSED):
+        who = f"client ID {client_id!r}" if client_id is not None else "the client credentials"
+        where = f" at {token_url}" if token_url is not None else ""
+        return CredentialsRefusedError(
+            f"{context}: the token endpoint{where} refused {who} ({exc}); fix: check the service "
+            "principal's client_id and client_secret",
+            client_id=client_id,
+            token_url=token_url,
         )
     return error
+
+
+def _is_non_retriable(exc: BaseException) -> bool:
+    """An SDK ``NonRetriableException`` (by name: the SDK is imported only where a stream is opened)."""
+    return any(cls.__name__ == "NonRetriableException" for cls in type(exc).__mro__)
 
 
 def _mismatch(table: str, stream_id: str, batch: pa.Schema, stream: pa.Schema) -> SchemaRejectedError | None:
@@ -417,6 +431,7 @@ class SdkTransport:
         bypass_proxy_for_loopback(endpoint)
         bypass_proxy_for_loopback(token_url)
         self._endpoint = endpoint
+        self._token_url = token_url
         self._client_id = client_id
         self._client_secret = client_secret
         self._headers_provider = headers_provider
@@ -460,7 +475,9 @@ class SdkTransport:
                     table, schema, self._client_id, self._client_secret.get_secret_value(), options
                 )
         except Exception as exc:
-            raise transport_error(exc, f"open stream for {table}") from exc
+            raise transport_error(
+                exc, f"open stream for {table}", client_id=self._client_id, token_url=self._token_url
+            ) from exc
         sdk_options = self._options
         # A counted provider sees every reconnect, stalls included: inferring them too would count twice.
         infer = sdk_options.recovery and counting is None

@@ -8,6 +8,7 @@ observed (they live in the SDK's Rust core, so a new SDK version may change them
 | bogus bearer token | NonRetriable "Failed to create stream: code: 'The request does not have valid authentication credentials', message: \"c.s.t: unknown bearer token\"" | FATAL |
 | token for another table | NonRetriable "... code: 'The caller does not have permission to execute the specified operation' ..." | FATAL |
 | wrong client secret | NonRetriable "Specified UC token is in invalid format: Client error (401): {...invalid_client...}" | FATAL |
+| token endpoint not listening | ZerobusException "Token fetch failed: Network error: error sending request for url (...)" | TRANSIENT |
 | table missing | NonRetriable "Failed to create stream: code: 'Some requested entity was not found', ..." | FATAL |
 | Arrow schema mismatch at open | NonRetriable "... code: 'Client specified an invalid argument', message: \"SCHEMA_VALIDATION_FAILED: ...\"" | SCHEMA_REJECTED |
 | unknown JSON field mid-stream | NonRetriable "Invalid argument: SCHEMA_VALIDATION_FAILED: FIELD_NOT_IN_TABLE: ..." | SCHEMA_REJECTED |
@@ -17,11 +18,13 @@ observed (they live in the SDK's Rust core, so a new SDK version may change them
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pytest
 from zerobus.sdk.shared import TableProperties
+from zerobus.sdk.sync import ZerobusSdk
 
 from tests.support.emulator_helpers import (
     SCHEMA,
@@ -70,6 +73,15 @@ def wrong_secret(emu: Emulator) -> None:
     sdk_for(emu).create_arrow_stream(TABLE, SCHEMA, emu.client_id, "wrong", arrow_options())
 
 
+def token_endpoint_down(emu: Emulator) -> None:
+    with socket.socket() as sock:  # a loopback port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ZerobusSdk(emu.endpoint, f"http://127.0.0.1:{port}").create_arrow_stream(
+        TABLE, SCHEMA, emu.client_id, emu.client_secret, arrow_options()
+    )
+
+
 def table_missing(emu: Emulator) -> None:
     open_arrow(emu, "main.default.missing", SCHEMA)
 
@@ -107,6 +119,7 @@ ROWS: list[tuple[Callable[[Emulator], None], ErrorClass]] = [
     (bogus_token, ErrorClass.FATAL),
     (other_table_token, ErrorClass.FATAL),
     (wrong_secret, ErrorClass.FATAL),
+    (token_endpoint_down, ErrorClass.TRANSIENT),
     (table_missing, ErrorClass.FATAL),
     (arrow_schema_mismatch, ErrorClass.SCHEMA_REJECTED),
     (json_unknown_field, ErrorClass.SCHEMA_REJECTED),

@@ -205,7 +205,7 @@ def test_test_connection_reaches_the_endpoint_and_gets_a_token(
     hook = ZerobusHook(zerobus_conn_id="zb_remote")
     ok, message = hook.test_connection()
     assert ok, message
-    assert f"Zerobus endpoint {emulator.endpoint} reachable" in message
+    assert f"Zerobus endpoint {emulator.endpoint} answered the gRPC health check over HTTP/2" in message
     assert f"OAuth token issued by {emulator.workspace_url}/oidc/v1/token" in message
     assert emulator.client_secret not in message
     assert not hook.runtime_acquired  # probing does not open a stream pool
@@ -219,7 +219,7 @@ def test_test_connection_fails_without_the_sql_warehouse_every_task_needs(
         monkeypatch, emulator.endpoint, emulator.workspace_url, emulator.client_id, secret, warehouse_id=""
     )
     ok, message = ZerobusHook(zerobus_conn_id="zb_remote").test_connection()
-    assert not ok and "extra 'warehouse_id'" in message and "reachable" in message
+    assert not ok and "extra 'warehouse_id'" in message and "answered the gRPC health check" in message
 
 
 def test_test_connection_reports_a_rejected_secret_without_echoing_it(
@@ -230,7 +230,7 @@ def test_test_connection_reports_a_rejected_secret_without_echoing_it(
     assert not ok
     assert f"OAuth token request to {emulator.workspace_url}/oidc/v1/token" in message
     assert "HTTP 401" in message and "invalid_client" in message
-    assert "reachable" not in message  # only failures are listed when something failed
+    assert "answered" not in message  # only failures are listed when something failed
     assert SECRET not in message
 
 
@@ -239,9 +239,39 @@ def test_test_connection_names_every_unreachable_url(monkeypatch: pytest.MonkeyP
     _remote(monkeypatch, endpoint, workspace, "client-id", SECRET)
     ok, message = ZerobusHook(zerobus_conn_id="zb_remote").test_connection()
     assert not ok
-    assert f"Zerobus endpoint {endpoint} unreachable: connection refused" in message
+    assert (
+        f"Zerobus endpoint {endpoint} (zerobus.endpoint (ZEROBUS_ENDPOINT)) unreachable: connection refused"
+        in (message)
+    )
     assert f"OAuth token request to {workspace}/oidc/v1/token" in message
     assert message.count("refused") == 2 and SECRET not in message
+
+
+def test_test_connection_fails_for_an_address_that_accepts_tcp_and_never_answers(
+    monkeypatch: pytest.MonkeyPatch, emulator: Emulator
+) -> None:
+    """A listener that completes the TCP handshake and says nothing: "Connection success!" before (a TCP
+    connect was all the test did), though every task then hung in the write. Now the endpoint must
+    answer a gRPC request, and the token must be issued."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        _remote(
+            monkeypatch,
+            endpoint,
+            emulator.workspace_url,
+            emulator.client_id,
+            emulator.client_secret,
+            config={"connect_timeout_s": 1.0},
+        )
+        ok, message = ZerobusHook(zerobus_conn_id="zb_remote").test_connection()
+    assert not ok
+    assert (
+        f"Zerobus endpoint {endpoint} (zerobus.endpoint (ZEROBUS_ENDPOINT)) accepted a connection but did "
+        "not answer a gRPC request within 1 s"
+    ) in message
+    assert emulator.client_secret not in message
 
 
 def test_test_connection_says_the_embedded_emulator_is_local(
@@ -280,10 +310,12 @@ def test_airflow_connections_test_cli_fails_for_credentials_without_a_host(tmp_p
 
 
 class _ConnectProxy:
-    """A one-connection-at-a-time HTTP CONNECT proxy on loopback that records what it was asked for."""
+    """A one-connection-at-a-time HTTP CONNECT proxy on loopback that records what it was asked for; with
+    a 200 status it tunnels to ``target`` (host, port), whatever the request named."""
 
-    def __init__(self, status: str) -> None:
+    def __init__(self, status: str, target: tuple[str, int] | None = None) -> None:
         self.status = status
+        self.target = target
         self.requests: list[str] = []
         self._closing = False
         self._sock = socket.socket()
@@ -307,7 +339,11 @@ class _ConnectProxy:
                         break
                     head += chunk
                 self.requests.append(head.decode().splitlines()[0] if head else "")
-                conn.sendall(f"HTTP/1.1 {self.status}\r\nContent-Length: 0\r\n\r\n".encode())
+                if self.target is None or not self.status.startswith("200"):
+                    conn.sendall(f"HTTP/1.1 {self.status}\r\nContent-Length: 0\r\n\r\n".encode())
+                    continue
+                conn.sendall(f"HTTP/1.1 {self.status}\r\n\r\n".encode())
+                _relay(conn, socket.create_connection(self.target, timeout=5))
 
     def close(self) -> None:
         self._closing = True  # a last connection wakes the blocked accept() so the thread ends
@@ -316,21 +352,43 @@ class _ConnectProxy:
         self._sock.close()
 
 
+def _relay(client: socket.socket, server: socket.socket) -> None:
+    """Copy bytes both ways until either side closes (the proxy's tunnel)."""
+
+    def pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    back = threading.Thread(target=pump, args=(server, client), daemon=True)
+    back.start()
+    pump(client, server)
+    back.join(timeout=5)
+
+
 @pytest.mark.parametrize("status", ["200 Connection established", "403 Forbidden"])
 def test_endpoint_probe_goes_through_the_proxy_the_sdk_would_use(
-    monkeypatch: pytest.MonkeyPatch, status: str
+    monkeypatch: pytest.MonkeyPatch, emulator: Emulator, status: str
 ) -> None:
-    proxy = _ConnectProxy(status)
+    """The gRPC question goes through the tunnel: the proxy says 200 and relays to the emulator, which
+    answers over HTTP/2; a proxy that refuses the CONNECT is named with its answer."""
+    target = socket.getaddrinfo("127.0.0.1", int(emulator.endpoint.rsplit(":", 1)[1]))[0][4][:2]
+    proxy = _ConnectProxy(status, target=target)
     try:
         for name in ("no_proxy", "NO_PROXY"):
             monkeypatch.delenv(name, raising=False)
-        monkeypatch.setenv("https_proxy", proxy.url)
-        endpoint = "https://1234.zerobus.example.invalid"
+        monkeypatch.setenv("http_proxy", proxy.url)
+        endpoint = "http://1234.zerobus.example.invalid"
         if status.startswith("200"):
-            assert "through proxy" in reach_endpoint(endpoint, timeout_s=5)
+            reached = reach_endpoint(endpoint, timeout_s=5)
+            assert "answered the gRPC health check over HTTP/2" in reached and "through proxy" in reached
         else:
             with pytest.raises(ProbeError, match=r"unreachable through proxy .*403"):
                 reach_endpoint(endpoint, timeout_s=5)
-        assert [r.rsplit(" ", 1)[0] for r in proxy.requests] == ["CONNECT 1234.zerobus.example.invalid:443"]
+        assert [r.rsplit(" ", 1)[0] for r in proxy.requests] == ["CONNECT 1234.zerobus.example.invalid:80"]
     finally:
         proxy.close()

@@ -112,6 +112,17 @@ SDK_MESSAGE_TABLE = [
     (NonRetriableException, "Invalid table name: nope", ErrorClass.FATAL),
     (NonRetriableException, "Invalid UC token: 401 Unauthorized", ErrorClass.FATAL),
     (
+        NonRetriableException,
+        'Specified UC token is in invalid format: Client error (401): {"error":"invalid_client"}',
+        ErrorClass.FATAL,
+    ),
+    # The SDK's TokenFetchError (network or HTTP 5xx) is retryable: the token endpoint is down, not refusing.
+    (
+        ZerobusException,
+        "Token fetch failed: Network error: error sending request for url (http://127.0.0.1:9/oidc/v1/token)",
+        ErrorClass.TRANSIENT,
+    ),
+    (
         ZerobusException,
         "Failed to create stream: code: 'Some resource has been exhausted', message: \"too many streams\"",
         ErrorClass.CONCURRENCY_REJECT,

@@ -1,0 +1,26 @@
+"""Zerobus errors as Dagster step failures: what no retry can fix fails the step for good.
+
+Refused client credentials and a table the service refuses (``NeedsOperatorError``) fail the same way
+on every retry until someone acts, so they become ``dg.Failure(allow_retries=False)``: an asset's
+``RetryPolicy`` does not re-run the step (docs/architecture.md#dagster). Every other error is raised as it
+is, and a retry policy may retry it (``exc.retriable`` says whether that can help).
+"""
+
+import dagster as dg
+
+from zerobus_orchestration.errors import CredentialsRefusedError, TableUnavailableError, needing_operator
+
+
+def for_good(exc: BaseException) -> dg.Failure | None:
+    """The non-retriable step failure for ``exc`` (or what caused it), None when a retry may help."""
+    operator = needing_operator(exc)
+    if operator is None:
+        return None
+    metadata: dict[str, str] = {"zerobus/error": type(operator).__name__}
+    if isinstance(operator, CredentialsRefusedError):
+        metadata.update(
+            {k: v for k, v in {"client_id": operator.client_id, "token_url": operator.token_url}.items() if v}
+        )
+    if isinstance(operator, TableUnavailableError) and operator.table:
+        metadata["table"] = operator.table
+    return dg.Failure(description=str(operator), metadata=metadata, allow_retries=False)
