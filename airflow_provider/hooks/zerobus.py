@@ -21,6 +21,8 @@ from airflow.sdk import BaseHook
 from airflow_provider.utils.connection import CONN_TYPE, ConnectionFields, config_from_connection
 
 if TYPE_CHECKING:
+    import datetime
+
     import pyarrow as pa
 
     from zerobus_orchestration.catalog.base import ReconcileOutcome
@@ -157,12 +159,14 @@ class ZerobusHook(BaseHook):
         resume: bool = True,
         mode: str = "append",
         schema: pa.Schema | None = None,
+        not_before: datetime.datetime | None = None,
     ) -> WriteResult:
         """Push ``data`` pipelined; returns once the last batch is durable (resumes from coverage).
 
         ``mode="replace"``: then delete the other runs of the partition's logical part (before its last
         ``@``) once the rows are visible (docs/adr/0007-write-modes.md). ``schema``: the table is
-        created from it when ``data`` holds no row.
+        created from it when ``data`` holds no row. ``not_before``: no try of this partition began
+        before it (``ZerobusRuntime.write``: a resume then reads only the table's files since).
         """
         return self.get_conn().write(
             table,
@@ -174,6 +178,7 @@ class ZerobusHook(BaseHook):
             resume=resume,
             mode=mode,
             schema=schema,
+            not_before=not_before,
         )
 
     def verify_once(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Mapping, Sequence
 from functools import cached_property
@@ -26,6 +27,15 @@ def coverage_keys_from_context(context: Context | Mapping[str, Any], task: BaseO
     if not run_id:
         raise ValueError(f"task {task.task_id}: the context has no run_id; run it inside a DAG run")
     return coverage_keys(task.dag_id, task.task_id, str(run_id), map_index)
+
+
+def run_began(context: Context | Mapping[str, Any]) -> datetime.datetime | None:
+    """The DAG run's ``run_after``, "the date before which the run won't start": no try of any of its
+    tasks began earlier, and clearing the run keeps it. A resume bounded by it reads only the table's
+    files of rows stamped since (``ZerobusRuntime.write``'s ``not_before``); None when the context
+    has no DAG run (every file is read then)."""
+    value = getattr(context.get("dag_run"), "run_after", None)
+    return value if isinstance(value, datetime.datetime) else None
 
 
 def drain_report_release(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, AssetAlias, BaseHook, Context, XComArg
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from airflow_provider.operators.base import ZerobusBaseOperator, coverage_keys_from_context
+from airflow_provider.operators.base import ZerobusBaseOperator, coverage_keys_from_context, run_began
 from airflow_provider.operators.links import ZerobusTableLink
 from airflow_provider.utils.lineage import (
     TableIdentity,
@@ -342,6 +342,7 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
                 resume=self.resume,
                 mode=mode,
                 schema=target_schema,  # the declared schema creates the table even from an empty source
+                not_before=run_began(context),
             )
             raw = result.as_dict()
             summary = {key: raw[key] for key in SUMMARY_KEYS if key in raw}

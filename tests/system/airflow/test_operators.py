@@ -7,6 +7,7 @@ minimal context; the end-to-end DAG test covers the same path inside ``dag.test(
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sqlite3
 import time
@@ -29,7 +30,7 @@ from airflow_provider.sensors.readback import ZerobusReadbackSensor
 from airflow_provider.triggers.readback import ZerobusReadbackTrigger
 from zerobus_orchestration import files as files_module
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
-from zerobus_orchestration.runtime.facade import DEFAULT_SINK_ID, source_tag
+from zerobus_orchestration.runtime.facade import DEFAULT_SINK_ID, ZerobusRuntime, source_tag
 
 pytestmark = pytest.mark.integration
 
@@ -532,3 +533,29 @@ def test_a_process_that_used_the_runtime_exits_promptly(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "wrote" in done.stdout
+
+
+def test_an_ingest_is_bounded_by_its_dag_runs_run_after(
+    tmp_path: Path, hook: ZerobusHook, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator passes the DAG run's ``run_after`` (no try of the run began earlier) as ``not_before``:
+    a resume then reads only the table's files of rows stamped since (the bound is proven in the runtime's
+    tests). Without a DAG run in the context, nothing bounds it."""
+    pq.write_table(_orders(0, 20), tmp_path / "orders.parquet")
+    with _dag("bounded"):
+        op = ZerobusIngestOperator(
+            task_id="ingest", table="main.raw.bounded_orders", path=str(tmp_path / "*.parquet")
+        )
+    seen: list[object] = []
+    real_write = ZerobusRuntime.write
+
+    def spy(self: ZerobusRuntime, *args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs.get("not_before"))
+        return real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(ZerobusRuntime, "write", spy)
+    run_after = dt.datetime(2026, 5, 1, 2, tzinfo=dt.UTC)
+    context = {**_context("scheduled__bounded"), "dag_run": SimpleNamespace(run_after=run_after)}
+    assert op.execute(context)["rows_written"] == 20
+    op.execute(_context("manual__unbounded"))
+    assert seen == [run_after, None]
