@@ -100,7 +100,7 @@ with DAG(
         task_id="readback",
         table=TABLE,
         ingest_task_id="ingest",  # verify exactly the rows this run's ingest delivered
-        deferrable=True,  # waits in the triggerer; `airflow dags test` runs the trigger inline
+        # Deferrable by default: waits in the triggerer (`airflow dags test` runs the trigger inline).
         poke_interval=0.5,
         max_poll_interval=5,
         timeout=300,
