@@ -66,6 +66,12 @@ def restated(exc: E, message: str) -> E:
     again = type(exc).__new__(type(exc))
     again.__dict__.update(exc.__dict__)
     again.args = (message,)
+    if isinstance(exc, OSError) and isinstance(again, OSError) and exc.errno is not None:
+        # Its errno is no ``__dict__`` entry, and ``str()`` of an OSError with one is "[Errno n] <strerror>"
+        # (plus the file name, which ``message`` already holds when it starts with ``str(exc)``).
+        prefix = f"[Errno {exc.errno}] "
+        again.errno = exc.errno
+        again.strerror = message.removeprefix(prefix)
     return again
 
 

@@ -340,3 +340,25 @@ def test_ipc_compression_smoke_prints_its_json_shape() -> None:
         )
     none, lz4, zstd = (c["wire_bytes"] for c in result["codecs"])
     assert zstd < none and lz4 < none  # the proxy counted the codecs' smaller bodies: compression acted
+
+
+def test_input_check_smoke_prints_its_json_shape() -> None:
+    result = run_benchmark("input_check.py", "--smoke", "--json")
+    spread = {"median_s": NUMBER, "min_s": NUMBER, "max_s": NUMBER}
+    assert [f["format"] for f in result["formats"]] == ["parquet", "csv"]
+    for fmt in result["formats"]:
+        assert_shape(
+            fmt,
+            {
+                "format": str,
+                "rows": int,
+                "file_mb": NUMBER,
+                "payload_mb": NUMBER,
+                "checked": spread,
+                "streamed": spread,
+                "check": spread,
+                "checked_over_streamed": NUMBER,
+                "check_payload_mb_per_s": NUMBER,
+            },
+            "input_check.formats",
+        )

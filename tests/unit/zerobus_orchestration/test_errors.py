@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 import grpc
 import pytest
 from google.protobuf import any_pb2
@@ -13,11 +15,14 @@ from zerobus_orchestration.errors import (
     ConfigError,
     ErrorClass,
     FatalTransportError,
+    ResumeMismatchError,
     SchemaRejectedError,
     StreamPoisonedError,
     TransientError,
     WriteBoundaryError,
+    restated,
 )
+from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.transport.classify import classify, schema_causes, to_transport_error
 
 
@@ -226,3 +231,20 @@ def test_to_transport_error_carries_the_error_info_causes() -> None:
     )
     wrapped = to_transport_error(raw, "ingest into main.raw.orders")
     assert isinstance(wrapped, SchemaRejectedError) and wrapped.causes == ("FIELD_NOT_IN_TABLE",)
+
+
+def test_restated_keeps_the_type_and_fields_with_the_new_message() -> None:
+    boundary = restated(WriteBoundaryError("a", table="t", column="c", kind="k"), "a\nWhere: f, row 3")
+    assert type(boundary) is WriteBoundaryError and str(boundary) == "a\nWhere: f, row 3"
+    assert (boundary.table, boundary.column, boundary.kind, boundary.columns) == ("t", "c", "k", ("c",))
+    # A constructor with required keywords is not called: the fields are carried over as they are.
+    span = OffsetRange(0, 5)
+    mismatch = restated(ResumeMismatchError("m", table="t", source="s", partition="p", span=span), "m2")
+    assert (str(mismatch), mismatch.span, mismatch.partition) == ("m2", span, "p")
+    reset = ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+    again = restated(reset, f"{reset}\nDelivered before the failure: 3 row(s)")
+    assert type(again) is ConnectionResetError and again.errno == errno.ECONNRESET
+    assert (
+        str(again)
+        == f"[Errno {errno.ECONNRESET}] Connection reset by peer\nDelivered before the failure: 3 row(s)"
+    )
