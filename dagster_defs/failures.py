@@ -1,14 +1,15 @@
 """Zerobus errors as Dagster step failures: what no retry can fix fails the step for good.
 
-Refused client credentials and a table the service refuses (``NeedsOperatorError``) fail the same way
-on every retry until someone acts, so they become ``dg.Failure(allow_retries=False)``: an asset's
-``RetryPolicy`` does not re-run the step (docs/architecture.md#dagster). Every other error is raised as it
-is, and a retry policy may retry it (``exc.retriable`` says whether that can help).
+Refused client credentials, a table the service refuses and an emulator daemon that exited for good
+(``NeedsOperatorError``) fail the same way on every retry until someone acts, so they become
+``dg.Failure(allow_retries=False)``: an asset's ``RetryPolicy`` does not re-run the step
+(docs/architecture.md#dagster). Every other error is raised as it is, and a retry policy may retry it
+(``exc.retriable`` says whether that can help).
 """
 
 import dagster as dg
 
-from zerobus_orchestration.errors import CredentialsRefusedError, TableUnavailableError, needing_operator
+from zerobus_orchestration.errors import needing_operator
 
 
 def for_good(exc: BaseException) -> dg.Failure | None:
@@ -17,10 +18,12 @@ def for_good(exc: BaseException) -> dg.Failure | None:
     if operator is None:
         return None
     metadata: dict[str, str] = {"zerobus/error": type(operator).__name__}
-    if isinstance(operator, CredentialsRefusedError):
-        metadata.update(
-            {k: v for k, v in {"client_id": operator.client_id, "token_url": operator.token_url}.items() if v}
-        )
-    if isinstance(operator, TableUnavailableError) and operator.table:
-        metadata["table"] = operator.table
+    for fact in _FACTS:  # what names the refused thing (never a secret: the errors carry none)
+        value = getattr(operator, fact, None)
+        if value is not None:
+            metadata[fact] = str(value)
     return dg.Failure(description=str(operator), metadata=metadata, allow_retries=False)
+
+
+# CredentialsRefusedError's, TableUnavailableError's and EmulatorExitedError's fields.
+_FACTS = ("client_id", "token_url", "table", "pid", "log")

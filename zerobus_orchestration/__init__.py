@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from zerobus_orchestration.errors import (
         ConfigError,
         CredentialsRefusedError,
+        EmulatorExitedError,
         NeedsOperatorError,
         PlanRefusedError,
         PreconditionsUnmetError,
@@ -78,6 +79,7 @@ _EXPORTS: dict[str, str] = {
     "EndpointUnreachableError": "zerobus_orchestration.transport.reachability",
     "NeedsOperatorError": "zerobus_orchestration.errors",
     "CredentialsRefusedError": "zerobus_orchestration.errors",
+    "EmulatorExitedError": "zerobus_orchestration.errors",
     "TableUnavailableError": "zerobus_orchestration.errors",
 }
 
@@ -86,6 +88,7 @@ __all__ = [
     "ConfigError",
     "CredentialsRefusedError",
     "DeliveryFailedError",
+    "EmulatorExitedError",
     "EndpointUnreachableError",
     "NeedsOperatorError",
     "PlanRefusedError",

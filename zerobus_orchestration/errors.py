@@ -231,9 +231,10 @@ class FatalTransportError(TransportError):
 
 
 class NeedsOperatorError(FatalTransportError):
-    """No retry can help until someone acts: the service refused the client credentials, or refuses the
-    table. Orchestrators fail the task for good on it (Airflow ``AirflowFailException``, Dagster
-    ``Failure(allow_retries=False)``); ``needing_operator`` finds one behind a wrapping error.
+    """No retry can help until someone acts: the service refused the client credentials, or refuses
+    the table, or the local emulator daemon exited and cannot be replaced. Orchestrators fail the task
+    for good on it (Airflow ``AirflowFailException``, Dagster ``Failure(allow_retries=False)``);
+    ``needing_operator`` finds one behind a wrapping error.
     """
 
 
@@ -260,6 +261,19 @@ class TableUnavailableError(NeedsOperatorError):
     def __init__(self, message: str, *, table: str | None = None) -> None:
         super().__init__(message, code="FAILED_PRECONDITION")
         self.table = table
+
+
+class EmulatorExitedError(NeedsOperatorError):
+    """The local emulator daemon this process wrote to exited, and its successor exited while starting:
+    the cause (another emulator holding the warehouse, a fixed port taken, a damaged write-ahead log) is
+    in the daemons' log and stays until someone acts. ``pid`` (the daemon that exited) and ``log``
+    name them. A successor that was merely slow to start is a ``TransientError`` instead.
+    """
+
+    def __init__(self, message: str, *, pid: int | None = None, log: str | None = None) -> None:
+        super().__init__(message, code="UNAVAILABLE")
+        self.pid = pid
+        self.log = log
 
 
 def needing_operator(exc: BaseException) -> NeedsOperatorError | None:

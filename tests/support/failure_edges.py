@@ -3,11 +3,14 @@
 Real parts only: a loopback listener that completes TCP handshakes and never answers (its kernel backlog
 accepts, nothing reads), a real emulator as the token endpoint or the whole service, a table the
 emulator fails for real (a NOT NULL column added out-of-band, which the next commit of the write-ahead
-log cannot satisfy).
+log cannot satisfy), a warehouse whose write-ahead log another holder locks (the emulator's own lock).
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
+import signal
 import socket
 import threading
 import time
@@ -88,3 +91,73 @@ class TableFailer:
 
     def join(self) -> None:
         self._thread.join(timeout=max(0.0, self._deadline - time.monotonic()) + 1)
+
+
+class WarehouseTaken:
+    """Holds a warehouse's write-ahead-log lock, as a second emulator on it would: an emulator daemon
+    started for the warehouse meanwhile exits while starting ("another emulator is already running")."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.lock_path = state_dir / "wal" / ".lock"
+        self.taken_at: float | None = None  # time.monotonic() once held
+        self._fd: int | None = None
+
+    def take_after(self, pid: int, timeout_s: float = 10.0) -> None:
+        """Once process ``pid`` (the daemon holding the lock) is gone, take the lock before its successor
+        does: a successor is started only after the pid is seen gone, and takes seconds to get there."""
+        deadline = time.monotonic() + timeout_s
+        fd = os.open(self.lock_path, os.O_RDWR)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise AssertionError(f"process {pid} kept the WAL lock for {timeout_s} s") from None
+                time.sleep(0.005)
+        self._fd, self.taken_at = fd, time.monotonic()
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class DaemonKiller:
+    """SIGKILLs the warehouse's shared emulator daemon once it has committed rows of ``table`` (a write
+    is under way), then holds the warehouse (``WarehouseTaken``) so no successor can start."""
+
+    def __init__(self, warehouse: Path | str, table: str, *, timeout_s: float = 60.0) -> None:
+        self.warehouse, self.table = Path(warehouse), table
+        self.taken = WarehouseTaken(self.warehouse / "_zerobus")
+        self.killed: int | None = None  # the daemon's pid, once killed
+        self.taken_wall: float | None = None  # time.time() once the warehouse was held
+        self._deadline = time.monotonic() + timeout_s
+        self._thread = threading.Thread(target=self._run, name="daemon-killer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from zerobus_orchestration.emulator.advert import ADVERT_FILE, read_advertisement
+
+        uri = table_uri(str(self.warehouse), self.table)
+        while time.monotonic() < self._deadline:
+            try:
+                committed = DeltaTable(uri).history(1)[0]["operation"] == "WRITE"
+            except Exception:  # not created yet, or a commit in progress: look again
+                committed = False
+            advert = read_advertisement(self.warehouse / "_zerobus" / ADVERT_FILE)
+            if committed and advert is not None:
+                os.kill(advert.pid, signal.SIGKILL)
+                self.killed = advert.pid
+                self.taken.take_after(advert.pid)
+                self.taken_wall = time.time()
+                return
+            time.sleep(0.02)
+
+    def join(self) -> None:
+        self._thread.join(timeout=max(0.0, self._deadline - time.monotonic()) + 1)
+
+    def release(self) -> None:
+        self.join()
+        self.taken.release()

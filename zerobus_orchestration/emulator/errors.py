@@ -23,11 +23,33 @@ class EmulatorError(ZerobusOrchestrationError):
 
 
 class EmulatorDaemonError(ZerobusOrchestrationError):
-    """The shared emulator could not be started or reached; the message names its log file."""
+    """The shared emulator could not be started or reached; the message names its log file.
+
+    ``exited``: the daemon started for it exited while starting (its log says why: another emulator
+    holds the warehouse, a fixed port is taken, ...), as opposed to not serving within the start timeout.
+    """
+
+    def __init__(self, message: str, *, exited: bool = False) -> None:
+        super().__init__(message)
+        self.exited = exited
 
 
 class RemoteEmulatorError(ZerobusOrchestrationError):
     """The shared emulator refused or failed a request."""
+
+
+class DaemonExitedError(RemoteEmulatorError):
+    """The shared emulator daemon exited under its clients and no successor could be started.
+
+    ``pid`` and ``log`` name the daemon that exited and the log its successors write to;
+    ``successor_exited``: the successor exited while starting (the cause persists until someone acts).
+    """
+
+    def __init__(self, message: str, *, pid: int, log: str | None, successor_exited: bool) -> None:
+        super().__init__(message)
+        self.pid = pid
+        self.log = log
+        self.successor_exited = successor_exited
 
 
 class MirrorError(ZerobusOrchestrationError):

@@ -33,7 +33,7 @@ from zerobus_orchestration.emulator.advert import (
     pid_alive,
     read_advertisement,
 )
-from zerobus_orchestration.emulator.errors import RemoteEmulatorError
+from zerobus_orchestration.emulator.errors import DaemonExitedError, RemoteEmulatorError
 
 log = logging.getLogger(__name__)
 
@@ -82,16 +82,22 @@ class RemoteEmulator:
         client_secret: SecretStr,
         relaunch: Relaunch | None = None,
         advert_path: Path | None = None,
+        log_path: Path | None = None,
         watch: bool = True,
     ) -> None:
         """``watch=False``: no watcher thread, hence no lease (a read-only client that must not keep the
-        daemon from idling out) and no replacement of a dead daemon (its next request fails loudly)."""
+        daemon from idling out) and no replacement of a dead daemon (its next request fails loudly).
+        ``log_path``: the daemons' log, named when one exits and no successor starts."""
         self._advert = advert
         self._client_id = client_id
         self._client_secret = client_secret
         self._relaunch = relaunch
         self._advert_path = advert_path
+        self._log_path = log_path
         self._replace_lock = threading.Lock()
+        # The last failed replacement of this dead daemon: (when, why). A client asking meanwhile gets it
+        # at once instead of starting one more successor that fails the same way.
+        self._failed_relaunch: tuple[float, DaemonExitedError] | None = None
         self.replaced: list[tuple[int, int]] = []  # (dead pid, successor pid), oldest first
         self._stopped = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="zerobus-emulator-lease", daemon=True)
@@ -140,13 +146,17 @@ class RemoteEmulator:
             where = f"the shared Zerobus emulator (pid {dead.pid}, {dead.endpoint})"
             if self._relaunch is None or self._stopped.is_set():
                 raise RemoteEmulatorError(f"{where} is gone and this handle cannot start another")
+            failed = self._failed_relaunch
+            if failed is not None and time.monotonic() - failed[0] < _RETRY_AFTER_FAILED_RELAUNCH_S:
+                raise failed[1]
             log.warning("%s is gone; starting or reattaching to a new one for %s", where, dead.warehouse)
             try:
                 successor = self._relaunch(dead)
             except Exception as exc:
-                raise RemoteEmulatorError(
-                    f"{where} is gone and no successor could be started: {exc}"
-                ) from exc
+                error = self._exited(dead, exc)
+                self._failed_relaunch = (time.monotonic(), error)
+                raise error from exc
+            self._failed_relaunch = None
             self._advert = successor
             self.replaced.append((dead.pid, successor.pid))
             log.warning(
@@ -156,6 +166,18 @@ class RemoteEmulator:
                 dead.pid,
             )
             return successor
+
+    def _exited(self, dead: Advertisement, exc: Exception) -> DaemonExitedError:
+        """Why a dead daemon has no successor: its pid, the daemons' log, and the successor's failure."""
+        log_file = None if self._log_path is None else str(self._log_path)
+        where = "" if log_file is None else f"; its log: {log_file}"
+        return DaemonExitedError(
+            f"the emulator daemon exited (pid {dead.pid}, {dead.endpoint}{where}) and no successor could be "
+            f"started: {exc}",
+            pid=dead.pid,
+            log=log_file,
+            successor_exited=bool(getattr(exc, "exited", False)),
+        )
 
     def _basic(self) -> str:
         pair = f"{self._client_id}:{self._client_secret.get_secret_value()}".encode()

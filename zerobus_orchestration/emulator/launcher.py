@@ -71,6 +71,7 @@ def connect_daemon(
         client_secret=config.emulator.client_secret,
         relaunch=relaunch,
         advert_path=paths.advert,
+        log_path=paths.log,
         watch=watch,
     )
 
@@ -165,7 +166,8 @@ def _wait_until_serving(
         if code is not None:
             raise EmulatorDaemonError(
                 f"the shared Zerobus emulator exited with code {code} while starting; see {paths.log}:\n"
-                + _tail(paths.log)
+                + _tail(paths.log),
+                exited=True,
             )
         advert = read_advertisement(paths.advert)
         return advert if advert is not None and advert.pid == process.pid and is_live(advert) else None

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from zerobus_orchestration.config import ZerobusConfig
-from zerobus_orchestration.errors import ConfigError, TransientError
+from zerobus_orchestration.errors import ConfigError, EmulatorExitedError, TransientError
 from zerobus_orchestration.storage import CredentialCache
 from zerobus_orchestration.transport.base import Stream, Transport
 
@@ -135,7 +135,9 @@ class DaemonTransport:
     another takes over, the successor usually serves on the same ports, and streams the SDK is still
     recovering reconnect to it by themselves. Otherwise, and for every stream the SDK gave up on, the
     pool opens a new one: ``open_stream`` first makes sure a daemon serves (starting or reattaching to
-    one), then opens the stream against its current endpoint.
+    one), then opens the stream against its current endpoint. A daemon that exited and whose successor
+    exited while starting fails the open with ``EmulatorExitedError`` naming its pid and log: the write
+    fails once the SDK gave up on its streams, instead of waiting out ``pool.healthy_member_wait_s``.
     """
 
     def __init__(self, handle: RemoteEmulator, build: BuildTransport) -> None:
@@ -150,10 +152,16 @@ class DaemonTransport:
         return self._endpoint
 
     def open_stream(self, table: str, schema: pa.Schema) -> Stream:
-        from zerobus_orchestration.emulator.errors import RemoteEmulatorError
+        from zerobus_orchestration.emulator.errors import DaemonExitedError, RemoteEmulatorError
 
         try:
             advert = self._handle.ensure_live()
+        except DaemonExitedError as exc:
+            if exc.successor_exited:  # what made it exit stays until someone acts (its log says what)
+                raise EmulatorExitedError(
+                    f"{exc} (open stream for {table})", pid=exc.pid, log=exc.log
+                ) from exc
+            raise TransientError(f"{exc} (open stream for {table})", code="UNAVAILABLE") from exc
         except RemoteEmulatorError as exc:  # retryable: the pool backs off and asks again
             raise TransientError(f"open stream for {table}: {exc}", code="UNAVAILABLE") from exc
         with self._lock:

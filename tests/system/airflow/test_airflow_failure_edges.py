@@ -20,7 +20,8 @@ import pytest
 from airflow.sdk import DAG
 
 from airflow_provider.operators.ingest import ZerobusIngestOperator
-from tests.support.failure_edges import WRONG_SECRET, TableFailer, silent_endpoint
+from tests.support.daemon_helpers import kill_daemons
+from tests.support.failure_edges import WRONG_SECRET, DaemonKiller, TableFailer, silent_endpoint
 from zerobus_orchestration.config import EmulatorConfig
 from zerobus_orchestration.emulator.server import Emulator
 
@@ -188,3 +189,39 @@ def test_a_table_failed_mid_write_fails_the_task_once_with_the_table_s_failure(
     assert type(error).__name__ == "AirflowFailException"
     assert str(error).startswith(f"ingest: table {table} is failed in the emulator ("), str(error)
     assert failed_at - failer.altered_wall < 15.0
+
+
+def test_a_daemon_killed_mid_write_without_a_successor_fails_the_task_once_naming_it(
+    register_dag: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The provider's default emulator, a shared daemon: SIGKILLed mid-write while another emulator holds
+    the warehouse, so no successor starts. The task fails within 15 s saying the daemon exited, with its
+    pid and log, not retried. Before: "the token endpoint refused the client credentials", or a pool
+    timeout."""
+    path = tmp_path / "many.parquet"
+    pq.write_table(
+        pa.table({"order_id": pa.array(range(2_000_000), pa.int64())}), path, row_group_size=10_000
+    )
+    warehouse = tmp_path / "wh"
+    settings = {"emulator": {"mode": "daemon", "time_to_table_s": 0.1, "per_stream_mb_s": 4.0}}
+    conn = {
+        "conn_type": "zerobus",
+        "extra": {"embedded": True, "warehouse": str(warehouse), "config": settings},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_ZB_DAEMON", json.dumps(conn))
+    table = "main.raw.edge_daemon"
+    killer = DaemonKiller(warehouse, table)
+    try:
+        run, seen = run_ingest(register_dag, "edge_daemon", "zb_daemon", path, table=table)
+    finally:
+        killer.release()
+        kill_daemons(warehouse)
+
+    assert killer.killed is not None and killer.taken_wall is not None, "the fault did not act"
+    (ti,) = run.get_task_instances()
+    assert str(ti.state) == "failed" and ti.try_number == 1  # not retried, though retries=1
+    ((error, _, failed_at),) = seen
+    assert type(error).__name__ == "AirflowFailException"
+    assert str(error).startswith(f"ingest: the emulator daemon exited (pid {killer.killed}, "), str(error)
+    assert f"its log: {warehouse / '_zerobus' / 'emulator.log'}" in str(error)
+    assert failed_at - killer.taken_wall < 15.0

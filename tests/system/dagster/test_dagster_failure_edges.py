@@ -15,8 +15,15 @@ import pyarrow as pa
 import pytest
 
 from dagster_defs import ZerobusIOManager, ZerobusResource
+from tests.support.daemon_helpers import kill_daemons
 from tests.support.dagster_support import fast_config
-from tests.support.failure_edges import WRONG_SECRET, TableFailer, remote_settings, silent_endpoint
+from tests.support.failure_edges import (
+    WRONG_SECRET,
+    DaemonKiller,
+    TableFailer,
+    remote_settings,
+    silent_endpoint,
+)
 from zerobus_orchestration.config import EmulatorConfig, SdkStreamOptions
 from zerobus_orchestration.emulator.server import Emulator
 
@@ -163,3 +170,30 @@ def test_a_table_failed_mid_write_fails_the_step_once_with_the_table_s_failure(t
     assert message.startswith(failure), message
     assert "<- zerobus_orchestration.errors.TableUnavailableError: " in message
     assert failed_at - failer.altered_wall < 15.0
+
+
+def test_a_daemon_killed_mid_write_without_a_successor_fails_the_step_once_naming_it(tmp_path: Path) -> None:
+    """The resource's default, a shared emulator daemon: SIGKILLed mid-write while another emulator holds
+    the warehouse, so no successor starts. The step fails within 15 s saying the daemon exited, with its
+    pid and log, and the RetryPolicy does not retry it (the log says what to fix). Before: "the token
+    endpoint refused the client credentials" or a pool timeout."""
+    warehouse = tmp_path / "wh"
+    config = fast_config(warehouse, mode="daemon").model_copy(update={"sdk": SdkStreamOptions()})
+    resource = ZerobusResource.from_config(config)
+    killer = DaemonKiller(warehouse, "main.raw.edge_events")
+    try:
+        result, attempts = materialize(
+            {"zerobus": resource, "io_manager": ZerobusIOManager(zerobus=resource, catalog="main")},
+            edge_events,
+        )
+    finally:
+        killer.release()
+        kill_daemons(warehouse)
+
+    assert killer.killed is not None and killer.taken_wall is not None, "the fault did not act"
+    assert not result.success
+    ((message, _, failed_at),) = attempts  # one attempt: the asset's max_retries=1 unused
+    died = f"dagster._core.definitions.events.Failure: the emulator daemon exited (pid {killer.killed}, "
+    assert message.startswith(died), message
+    assert "<- zerobus_orchestration.errors.EmulatorExitedError: " in message
+    assert failed_at - killer.taken_wall < 15.0
