@@ -14,6 +14,7 @@ import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 NUMBER = (int, float)
+pytestmark = pytest.mark.slow  # each runs a benchmark script in a process of its own
 
 
 def run_benchmark(script: str, *args: str) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from zerobus_orchestration.tables import table_uri
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.slow,  # three hosts, each an Airflow process
     pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient` is deprecated"),
 ]
 

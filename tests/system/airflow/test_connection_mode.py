@@ -285,6 +285,7 @@ def test_test_connection_says_the_embedded_emulator_is_local(
     assert str((tmp_path / "wh").resolve()) in message
 
 
+@pytest.mark.slow  # the airflow CLI in its own process
 def test_airflow_connections_test_cli_fails_for_credentials_without_a_host(tmp_path: Path) -> None:
     """Through Airflow's own machinery: the CLI, the env-var secrets backend, ``Connection.get_hook``."""
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}

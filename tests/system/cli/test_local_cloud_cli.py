@@ -141,6 +141,7 @@ def _rows_in(cloud: Cloud, table: str) -> int:
         return 0
 
 
+@pytest.mark.slow  # a crash test: a writer SIGKILLed, three hosts
 def test_a_writer_killed_on_one_host_resumes_on_another_and_a_third_verifies(
     tmp_path: Path, local_cloud: Cloud
 ) -> None:

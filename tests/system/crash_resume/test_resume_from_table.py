@@ -37,6 +37,8 @@ from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_ru
 from zerobus_orchestration.tables import table_uri
 from zerobus_orchestration.testing.settings import TEST_SDK_OPTIONS
 
+pytestmark = pytest.mark.slow  # crash tests: writers SIGKILLed mid-write
+
 ROWS, BATCH_ROWS = 200_000, 2_000
 FAST_CATCH_UP = {"catch_up_settle_s": 0.5, "catch_up_max_s": 15.0}
 # One stream per writer: a withhold or throttle armed for "the writer's stream" then covers all it sends.

@@ -36,6 +36,7 @@ def test_synthetic_orders_are_deterministic_and_sized() -> None:
     assert batches[0].schema.field("order_id").nullable is False
 
 
+@pytest.mark.slow  # the dagster CLI in its own process
 def test_dagster_definitions_validate_cli() -> None:
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
     done = subprocess.run(

@@ -15,12 +15,16 @@ import stat
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.support.daemon_helpers import TABLE, daemon_config, delta_rows, rows, state_of, wait_until_gone
 from zerobus_orchestration.config import PoolConfig, ZerobusConfig
 from zerobus_orchestration.emulator.advert import ADVERT_FILE, LOG_FILE, http_json, pid_alive
 from zerobus_orchestration.emulator.handle import RemoteEmulator
 from zerobus_orchestration.emulator.private import SECRET_FILE
 from zerobus_orchestration.runtime.facade import ZerobusRuntime
+
+pytestmark = pytest.mark.slow  # crash tests: daemons SIGKILLed
 
 
 def _config(warehouse: Path, *, faults: bool = False) -> ZerobusConfig:

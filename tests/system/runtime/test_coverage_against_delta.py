@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from deltalake import DeltaTable
 
 from tests.support.killed_writer import SOURCE as WRITER_SOURCE
@@ -84,6 +85,7 @@ def test_coverage_never_leads_delta_under_concurrent_writes(tmp_path: Path) -> N
         close_all_runtimes()
 
 
+@pytest.mark.slow  # a crash test
 def test_a_killed_writer_resumes_sending_only_the_gaps(tmp_path: Path) -> None:
     warehouse = tmp_path / "wh"
     rows, batch_rows = 400_000, 2_000

@@ -231,45 +231,6 @@ def test_vend_credentials_on_a_local_warehouse_is_a_dummy_that_expires(catalog: 
         catalog.vend_credentials("main.raw.other", Access.READ)
 
 
-_RACER = """
-import sys
-import pyarrow as pa
-from zerobus_orchestration.catalog.base import DesiredTable
-from zerobus_orchestration.catalog.local import LocalCatalog
-from zerobus_orchestration.config import Role
-
-schema = pa.schema([pa.field("id", pa.int64()), pa.field(sys.argv[2], pa.string())])
-out = LocalCatalog(sys.argv[1]).reconcile(
-    "main.raw.events", DesiredTable.build("main.raw.events", schema, Role.PRIMARY_RAW, subset=True)
-)
-print(out.plan.to_json())
-"""
-
-
-def test_concurrent_reconciles_from_two_processes_both_succeed(tmp_path: Path) -> None:
-    # Separate processes: delta-rs may fail the losing commit, and caught delta-rs errors can abort a
-    # process (docs/architecture.md#delta-rs), so the race runs outside the test process. Both
-    # processes create the table: delta-rs used to rebase the losing CREATE onto version 1, replacing
-    # the winner's schema (one column lost, both exiting 0, about one race in three), so it runs a few
-    # times.
-    import subprocess
-    import sys
-
-    for race in range(3):
-        wh = str(tmp_path / f"wh{race}")
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-c", _RACER, wh, column], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-            )
-            for column in ("a", "b")
-        ]
-        results = [p.communicate(timeout=60) for p in procs]
-        assert [p.returncode for p in procs] == [0, 0], results
-        state = LocalCatalog(wh).describe(T)
-        assert state is not None and {"id", "a", "b"} <= {c.name for c in state.columns}, (race, results)
-        assert state.registered
-
-
 def test_stamped_reserved_columns_may_use_any_equivalent_encoding(catalog: LocalCatalog) -> None:
     stamped = SCHEMA.append(pa.field("_twg_emit_ts", pa.timestamp("ns", tz="UTC"))).append(
         pa.field("_twg_source", pa.large_string())

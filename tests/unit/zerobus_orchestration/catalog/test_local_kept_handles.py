@@ -1,12 +1,11 @@
 """``LocalCatalog.describe`` keeps one Delta handle per table and brings it up to date (delta_handles):
 every change made elsewhere is still seen, and a table dropped and created again is not confused with
-the old one. Real delta-rs, another process for the outside changes."""
+the old one. Real delta-rs. Changes made by another process:
+tests/system/catalog/test_local_catalog_processes.py."""
 
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import deltalake
@@ -49,23 +48,6 @@ def test_the_table_is_opened_once_and_brought_up_to_date_after(
     assert first is not None and second is not None and first.version is not None
     assert second.version == first.version + 1  # the append is seen...
     assert opened.count(location) <= 1  # ...without re-opening the table (at most the first describe)
-
-
-def test_changes_from_another_process_are_seen(catalog: LocalCatalog) -> None:
-    before = catalog.describe(T)
-    assert before is not None and before.version is not None
-    script = (
-        "import sys, pyarrow as pa; from deltalake import DeltaTable, write_deltalake\n"
-        "t = pa.table({'id': pa.array([1], pa.int64()), 'name': ['a'], 'added': pa.array([2.5])})\n"
-        "write_deltalake(sys.argv[1], t, mode='append', schema_mode='merge')\n"
-        "DeltaTable(sys.argv[1]).alter.set_table_properties({'delta.appendOnly': 'true'})\n"
-    )
-    subprocess.run([sys.executable, "-c", script, catalog.location(T)], check=True, timeout=120)
-    after = catalog.describe(T)
-    assert after is not None
-    assert after.version == before.version + 2
-    assert [c.name for c in after.columns] == [*[c.name for c in before.columns], "added"]
-    assert after.properties.get("delta.appendOnly") == "true"
 
 
 def test_a_table_dropped_and_created_again_is_read_as_the_new_table(catalog: LocalCatalog) -> None:

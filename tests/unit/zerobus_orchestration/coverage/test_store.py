@@ -214,6 +214,7 @@ def test_store_union_merge_is_order_independent_idempotent_and_gap_complete(
         assert covered | holes == set(range(n))
 
 
+@pytest.mark.slow  # a race soak: 80 attempts
 def test_concurrent_first_openers_of_a_new_file_all_succeed(tmp_path: Path) -> None:
     """Several connections opening a brand-new file at once race for the switch to WAL.
 

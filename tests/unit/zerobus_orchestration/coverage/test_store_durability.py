@@ -3,17 +3,14 @@
 Recording delivered ranges commits with ``synchronous = NORMAL`` (in WAL mode: survives a crash of the
 process, may lose the newest commits on power loss, which only makes coverage lag and costs a re-send).
 ``forget`` keeps an fsync per commit (FULL): a lost forget would let coverage claim deleted rows.
+That a recorded range survives a SIGKILL of the recording process: tests/system/coverage/test_coverage_crash.py.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import signal
 import sqlite3
 from pathlib import Path
 
-from zerobus_orchestration.coverage.digest import RangeDigest
 from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 
@@ -53,25 +50,6 @@ def test_forget_commits_with_an_fsync_and_recording_goes_back_to_normal(tmp_path
         assert lowered[commit + 1 :] == ["pragma synchronous = normal"]
         assert store.ranges(KEY) == ()
         assert synchronous(store) == NORMAL
-
-
-def _record_then_die(path: str) -> None:
-    store = CoverageStore(path, TABLE)
-    digest = RangeDigest(KEY, OffsetRange(0, 5), None, 5, b"\x01" * 16)
-    store.record_delivered([(KEY, OffsetRange(0, 5))], [digest])
-    os.kill(os.getpid(), signal.SIGKILL)  # no close, no checkpoint: the process just dies
-
-
-def test_a_recorded_range_survives_a_crash_of_the_recording_process(tmp_path: Path) -> None:
-    path = str(tmp_path / "coverage.sqlite")
-    child = multiprocessing.get_context("spawn").Process(target=_record_then_die, args=(path,))
-    child.start()
-    child.join()
-    assert child.exitcode == -signal.SIGKILL  # the fault acted: killed, not a clean exit
-    with CoverageStore(path, TABLE) as store:
-        assert store.ranges(KEY) == (OffsetRange(0, 5),)
-        (digest,) = store.digests(KEY)
-        assert digest.digest == b"\x01" * 16
 
 
 def test_opening_an_up_to_date_file_takes_no_write_lock(tmp_path: Path) -> None:
