@@ -1,16 +1,17 @@
 """What the whole-input check costs: a file ingest checked whole before its first row is sent, against the
 same ingest streamed (read once, as the write path read files before the check).
 
-``ZerobusRuntime.write(table, read_files(path))`` reads the file twice: once to check every row against
-the table (``sink/input_check.py``: the sink's input checks, the row-size cut and the write-boundary guard
-against the target), once to send it. ``streamed`` gives the write ``read_files(path).batches()``, a
-stream: read once, only its first batch checked ahead (the rest as it is sent), which is what an ingest
-cost before. ``check`` is the pre-pass alone (``InputCheck.check_all`` over the file), the difference's
-expected size. Each ``--formats`` file (Parquet, zstd as ``pyarrow`` writes it by default, and CSV) of
-``--rows`` rows (an id, a DATE, a UTC TIMESTAMP, a double and a 20-40 character note: the temporal
-columns are range-scanned by the guard) is written ``--repetitions`` times per kind, the kinds
-interleaved, each write a new partition of one table (created by a warm-up write, so no write pays for
-the table's creation); medians with min and max.
+``ZerobusRuntime.write(table, read_files(path))`` checks every row against the table before it sends
+the first (``sink/input_check.py``: the sink's input checks, the row-size cut and the write-boundary
+guard against the target): a Parquet file is read twice, once to check and once to send; a CSV file is
+parsed once, its rows spooled to local disk as they pass and sent from there (``spool.py``).
+``streamed`` gives the write ``read_files(path).batches()``, a stream: read once, only its first batch
+checked ahead (the rest as it is sent), which is what an ingest cost before. ``check`` is the pre-pass
+alone (``InputCheck.check_all`` over the file, no spool). Each ``--formats`` file (Parquet as
+``pyarrow`` writes it by default, and CSV) of ``--rows`` rows (an id, a DATE, a UTC TIMESTAMP, a
+double and a 20-40 character note: the temporal columns are range-scanned by the guard) is written
+``--repetitions`` times per kind, the kinds interleaved, each write a new partition of one table
+(created by a warm-up write, so no write pays for the table's creation); medians with min and max.
 
 The runtime is the embedded default with the emulator in its own process (daemon mode), through the
 official SDK: a write returns once every row is durable. MB = 10^6 bytes of the caller's Arrow payload

@@ -6,8 +6,9 @@ batch (Parquet row groups via ``iter_batches``, Arrow IPC record batches, CSV bl
 reader), so memory stays at about one batch whatever the file size.
 
 ``FileInput`` (``read_files``) can be read more than once: ``ZerobusRuntime.write`` reads it whole first,
-checking every row against the table (``sink/input_check.py``), and only then again to send it, so a bad
-value anywhere refuses the write with nothing sent. ``located()`` says where each batch comes from (the
+checking every row against the table (``sink/input_check.py``), and only then again to send it (a CSV
+file from a spool of its parsed rows instead, ``spool.py``), so a bad value anywhere refuses the write
+with nothing sent. ``located()`` says where each batch comes from (the
 file and its first row there), for the refusal's message. ``DatasetInput`` is the same for a
 ``pyarrow.dataset.Dataset``.
 

@@ -237,16 +237,17 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         return hook
 
     def _input(self, target_schema: pa.Schema | None) -> Rereadable:
-        """The files, or the SQL result spooled to local disk: read twice by the write, to check every
-        row before the first is sent, then to send (``utils/sql_spool.py``)."""
+        """The files, or the SQL result spooled to local disk as it is fetched (``zerobus_orchestration.
+        spool``: the query runs once): read twice by the write, to check every row before the first is
+        sent, then to send."""
         # pyarrow-backed readers are imported here, at execute time: DAG files import this module on
         # every parse, and pyarrow alone costs the DAG processor ~0.4 s per file.
-        from airflow_provider.utils.sql import iter_sql_batches
-        from airflow_provider.utils.sql_spool import spool
+        from airflow_provider.utils.sql import iter_sql_located
         from zerobus_orchestration.files import FileInput, resolve_files
+        from zerobus_orchestration.spool import spool
 
         if self.sql is not None:
-            fetched = iter_sql_batches(
+            fetched = iter_sql_located(
                 self._sql_hook(),
                 self.sql,
                 parameters=self.parameters,
@@ -255,7 +256,7 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
                 cursor_kwargs=self.cursor_kwargs,
                 table=self.table,
             )
-            spooled = spool(fetched, declared=target_schema, spool_dir=self.spool_dir)
+            spooled = spool(fetched, declared=target_schema, directory=self.spool_dir)
             self.log.info("spooled %d row(s) of the SQL result to %s", spooled.rows, spooled.folder)
             return spooled
         if not isinstance(self.path, str | list | tuple):
@@ -379,9 +380,9 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc
         finally:
             if data is not None and self.sql is not None:
-                from airflow_provider.utils.sql_spool import SqlSpool
+                from zerobus_orchestration.spool import Spool
 
-                if isinstance(data, SqlSpool):
+                if isinstance(data, Spool):
                     data.close()  # the spooled result: nothing left on the worker's disk
             self.report_and_release(summary, tables=[str(summary["table"]) if summary else self.table])
         return redact(summary)  # type: ignore[no-any-return]

@@ -16,13 +16,16 @@ the database stores as text (SQLite), which is then parsed into the declared typ
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import closing
 from typing import Any
 
 import pyarrow as pa
 
 from zerobus_orchestration.errors import ConfigError
+from zerobus_orchestration.files import Located
+
+WHERE = "the SQL result"
 
 
 def _text_for_typed(pinned: pa.DataType | None, values: Sequence[Any]) -> bool:
@@ -95,7 +98,7 @@ def iter_sql_batches(
     schema: pa.Schema | None = None,
     cursor_kwargs: Mapping[str, Any] | None = None,
     table: str | None = None,
-) -> Iterator[pa.RecordBatch]:
+) -> Generator[pa.RecordBatch, None, None]:
     """Run ``sql`` on ``hook.get_conn()`` and yield its rows in order. Add ORDER BY for resumable retries.
 
     ``cursor_kwargs`` go to ``conn.cursor(...)``, e.g. a server-side cursor (module docstring).
@@ -129,3 +132,12 @@ def iter_sql_batches(
                 return
             yield _build_batch(names, rows, known, first_row=fetched, table=table)
             fetched += len(rows)
+
+
+def iter_sql_located(hook: Any, sql: str, **kwargs: Any) -> Iterator[Located]:
+    """``iter_sql_batches`` with where each batch sits in the result (for a refusal's message)."""
+    row = 0
+    with closing(iter_sql_batches(hook, sql, **kwargs)) as batches:  # its cursor closed on this thread
+        for batch in batches:
+            yield Located(batch, WHERE, row)
+            row += batch.num_rows

@@ -13,7 +13,8 @@ same rules, not a copy of them, before anything is sent or created:
 
 Input that can be read again (``files.Rereadable``: files, a dataset, a SQL spool, in-memory batches)
 is checked whole by ``check_all``, one batch alive at a time; the write then reads it again to send
-it. A stream can be read once only: ``first_of_each_schema`` checks the first batch of each schema
+it. A CSV file is parsed once: its rows are spooled to local disk as they pass (``spool.py``) and sent
+from there. A stream can be read once only: ``first_of_each_schema`` checks the first batch of each schema
 before the sink's ``ensure`` sees it, so a refused stream never leaves a table behind; its later
 batches are checked as they are sent.
 
@@ -42,11 +43,12 @@ from zerobus_orchestration.catalog import guard
 from zerobus_orchestration.catalog.base import TableState
 from zerobus_orchestration.catalog.catalog_gate import CatalogGate
 from zerobus_orchestration.errors import ConfigError, WriteBoundaryError, restated
-from zerobus_orchestration.files import DatasetInput, Located, Rereadable
+from zerobus_orchestration.files import DatasetInput, FileFormat, FileInput, Located, Rereadable
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.reserved import RESERVED_NAMES
 from zerobus_orchestration.sink.slicing import ROW_TOO_LARGE, cuts
 from zerobus_orchestration.sink.stamping import Stamper, check_input
+from zerobus_orchestration.spool import sent_then_deleted, spool
 
 if TYPE_CHECKING:
     from zerobus_orchestration.sink.sink import ZerobusSink
@@ -120,20 +122,31 @@ class InputCheck:
         self._targets: list[tuple[pa.Schema, pa.Schema]] = []  # batch schema -> payload target
 
     def check_all(self, located: Iterable[Located]) -> None:
-        """Every batch of a re-readable input, one at a time; raises at the first refused one.
+        """Every batch of a re-readable input, one at a time; raises at the first refused one."""
+        for _ in self.passed(located):
+            pass
+
+    def passed(self, located: Iterable[Located]) -> Iterator[Located]:
+        """Each batch once it passed, in order; raises at the first refused one.
 
         An input that cannot be read (a missing file, a CSV value that does not convert) is refused
         here too, its message naming the table."""
         items = iter(located)
-        while True:
-            try:
-                item = next(items, None)
-            except ConfigError as exc:
-                raise _with_table(exc, self.table, f"{exc}\n{NOTHING_SENT}") from None
-            if item is None:
-                return
-            self.check(item)
-            del item  # not alive while the input builds the next batch
+        try:
+            while True:
+                try:
+                    item = next(items, None)
+                except ConfigError as exc:
+                    raise _with_table(exc, self.table, f"{exc}\n{NOTHING_SENT}") from None
+                if item is None:
+                    return
+                self.check(item)
+                yield item
+                del item  # not alive while the input builds the next batch
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
 
     def first_of_each_schema(
         self, batches: Iterable[pa.RecordBatch], where: str = "the streamed input"
@@ -285,6 +298,10 @@ def checked(data: object, check: InputCheck) -> tuple[Sendable, pa.Schema | None
     dataset = _dataset_input(data)
     if dataset is not None:
         data = dataset
+    if isinstance(data, FileInput) and data.format is FileFormat.CSV:
+        # Parsed once: the rows are spooled as they are checked and sent from the spool (``spool.py``).
+        spooled = spool(check.passed(data.located()))
+        return sent_then_deleted(spooled), spooled.schema if spooled.rows else data.empty_schema()
     if isinstance(data, Rereadable):
         check.check_all(data.located())
         return data.batches(), data.empty_schema()

@@ -12,19 +12,25 @@ SDK against the embedded emulator, read back from the Delta table itself.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
 import pytest
 from deltalake import DeltaTable
 
 from tests.support.bad_input import BAD_ROW, ROWS, events, events_parquet
-from zerobus_orchestration.errors import WriteBoundaryError
+from zerobus_orchestration.errors import ConfigError, WriteBoundaryError
 from zerobus_orchestration.files import read_files
 from zerobus_orchestration.reserved import OFFSET
 from zerobus_orchestration.runtime.facade import ZerobusRuntime
+from zerobus_orchestration.sink import input_check
+from zerobus_orchestration.spool import Spool
+from zerobus_orchestration.spool import spool as input_check_spool
 from zerobus_orchestration.tables import table_uri
 
 TABLE = "main.raw.events"
@@ -102,3 +108,33 @@ def test_a_stream_whose_first_batch_is_refused_leaves_no_table(runtime: ZerobusR
     assert "Delivered before the failure" not in str(failure.value)
     runtime.flush()
     assert runtime.catalog.describe(TABLE) is None
+
+
+def test_a_csv_file_is_parsed_once_through_a_spool_that_is_deleted_after(
+    runtime: ZerobusRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spools = tmp_path / "tmp"
+    spools.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spools))  # where the spool goes (TMPDIR)
+    made: list[Spool] = []
+
+    def recorded(*args: Any, **kwargs: Any) -> Spool:
+        made.append(input_check_spool(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(input_check, "spool", recorded)
+    path = tmp_path / "events.csv"
+    pacsv.write_csv(events(rows=20_000, bad_row=None), path)
+    result = runtime.write(TABLE, read_files(str(path)), source="events")
+    assert (result.rows_written, _delta(runtime).num_rows) == (20_000, 20_000)
+    assert [(s.folder.parent, s.rows) for s in made] == [(spools, 20_000)]  # sent from the spool
+    assert list(spools.iterdir()) == []  # and the spool deleted
+    bad = tmp_path / "bad.csv"
+    pacsv.write_csv(events(), bad)
+    text = bad.read_text().splitlines()
+    text[BAD_ROW] = "x" + text[BAD_ROW]  # data row 150,000, far past the first block: the id is no number
+    bad.write_text("\n".join(text) + "\n")
+    with pytest.raises(ConfigError, match=rf"table {TABLE}: {bad}, column 'id', row {BAD_ROW:,} "):
+        runtime.write(TABLE, read_files(str(bad)), source="bad")
+    assert runtime.covered(TABLE, source="bad") == ()
+    assert list(spools.iterdir()) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider.utils.sql import iter_sql_batches
+from airflow_provider.utils.sql import iter_sql_batches, iter_sql_located
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.files import FileFormat, FileInput, resolve_files
 from zerobus_orchestration.schema_text import arrow_schema_of_text
@@ -182,3 +183,27 @@ def test_schema_mapping_spec() -> None:
     assert schema.field("day").nullable
     with pytest.raises(ConfigError, match="column 'x': unknown Arrow type 'int65'"):
         arrow_schema_of_text({"x": "int65"})
+
+
+def test_a_sql_value_that_does_not_fit_names_table_column_and_row(tmp_path: Path) -> None:
+    path = tmp_path / "source.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (id INTEGER, note TEXT)")
+        conn.executemany("INSERT INTO t VALUES (?, ?)", [(i, str(i)) for i in range(25)] + [(25, "twelve")])
+    hook = _SqliteHook(path)
+    batches = iter_sql_located(
+        hook,
+        "SELECT id, note FROM t ORDER BY id",
+        fetch_rows=10,
+        schema=pa.schema([("note", pa.int64())]),
+        table="main.raw.t",
+    )
+    assert [(x.where, x.first_row) for x in itertools.islice(batches, 2)] == [
+        ("the SQL result", 0),
+        ("the SQL result", 10),
+    ]
+    with pytest.raises(ConfigError) as failure:
+        next(batches)
+    message = str(failure.value)
+    assert message.startswith("table main.raw.t: SQL column 'note', row 26 of the result")
+    assert "the value 'twelve' does not fit the declared type int64" in message
