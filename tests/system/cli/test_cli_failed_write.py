@@ -15,11 +15,14 @@ import subprocess
 from pathlib import Path
 
 import pyarrow.compute as pc
+import pytest
 from deltalake import DeltaTable
 
 from tests.support.bad_input import BAD_ROW, ROWS, events_parquet
 from tests.support.local_cloud import CLI, clean_env
 from zerobus_orchestration.tables import table_uri
+
+pytestmark = pytest.mark.integration  # the official SDK against the emulator
 
 TABLE = "main.raw.cli_events"
 

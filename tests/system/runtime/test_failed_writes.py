@@ -33,6 +33,8 @@ from zerobus_orchestration.spool import Spool
 from zerobus_orchestration.spool import spool as input_check_spool
 from zerobus_orchestration.tables import table_uri
 
+pytestmark = pytest.mark.integration  # the official SDK against the emulator
+
 TABLE = "main.raw.events"
 
 
