@@ -286,8 +286,9 @@ class CoverageConfig(_Model):
         2.0,
         ge=0,
         description=(
-            "A resume that reads the table waits until what it shows is unchanged this long, or twice the "
-            "longest gap between the table's recent data commits if longer (a service committing slowly)."
+            "A resume that reads the table waits until what it shows is unchanged for 1.5 times the longest "
+            "gap between commits of one write (the service's commit rhythm, read from the table's log); "
+            "this long when the table shows no such rhythm."
         ),
     )
     catch_up_max_s: float = Field(

@@ -25,7 +25,6 @@ Rows visible in the table are durable, so what this returns never claims a row t
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -266,56 +265,6 @@ def table_version(reader: TableReader) -> int:
         raise TableTruthError(
             f"table {reader.table}: cannot read the Delta log at {reader.uri}: {exc}"
         ) from exc
-
-
-# Operation metrics that count what a commit added: delta-rs's, then Databricks' (STREAMING UPDATE, WRITE).
-_ADDED_METRICS = ("num_added_rows", "num_added_files", "numOutputRows", "numAddedFiles", "numFiles")
-# Commits that add files only to rewrite rows already there (a replace's delete, maintenance).
-_REWRITES = frozenset({"DELETE", "UPDATE", "MERGE", "OPTIMIZE", "RESTORE", "REORG"})
-
-
-def commit_gaps_s(reader: TableReader, *, commits: int) -> tuple[float, ...]:
-    """Seconds between consecutive data commits among the table's last ``commits``, newest first.
-
-    A data commit added rows (the service committing what it acknowledged); schema changes, property
-    and comment updates and deletes are the catalog's or a replace's, not the service's cadence, and
-    are left out. Read from the Delta log's commit timestamps (the committer's clock; only differences
-    are used, so a skew between its clock and this host's does not matter). Gaps that are not positive
-    (a clock step) are left out.
-    """
-    from deltalake import DeltaTable
-    from deltalake.exceptions import DeltaError
-
-    try:
-        history = DeltaTable(reader.uri, storage_options=reveal(reader.storage_options) or None).history(
-            limit=commits
-        )
-    except (DeltaError, OSError) as exc:
-        raise TableTruthError(
-            f"table {reader.table}: cannot read the Delta log's history at {reader.uri}: {exc}"
-        ) from exc
-    stamps = sorted(
-        (int(c["timestamp"]) for c in history if c.get("timestamp") is not None and _adds_data(c)),
-        reverse=True,
-    )
-    gaps = (newer - older for newer, older in itertools.pairwise(stamps))
-    return tuple(gap / 1000.0 for gap in gaps if gap > 0)
-
-
-def _adds_data(commit: Mapping[str, object]) -> bool:
-    if str(commit.get("operation", "")).upper() in _REWRITES:
-        return False
-    metrics = commit.get("operationMetrics")
-    if not isinstance(metrics, Mapping):
-        return False  # metadata-only commits carry none
-    for name in _ADDED_METRICS:
-        value = metrics.get(name)
-        if value is not None:
-            try:
-                return int(str(value)) > 0  # Databricks writes its metrics as strings
-            except ValueError:
-                return False
-    return False
 
 
 def offsets_to_ranges(offsets: pa.Array) -> tuple[OffsetRange, ...]:

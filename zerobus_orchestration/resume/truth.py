@@ -9,10 +9,13 @@ Two things make that exact rather than a snapshot of a moving target:
 * **Catch-up.** What was acknowledged before a crash may not be in the table yet (Zerobus commits
   asynchronously; the emulator commits its write-ahead log on demand). ``catch_up`` polls the table
   until what it shows of (source, partition) holds the cache and has not changed for a settle period,
-  at most ``max_s``. The settle period is the configured one or, when the table's recent data commits
-  came further apart (a loaded service), twice the longest gap between them: a fixed period shorter
-  than the service's commit cadence would read the table between two commits and send again what the
-  next one holds. Nothing delivered anywhere (empty cache, no rows in the table) is a first write: no wait.
+  at most ``max_s``. The settle period comes from the service's commit rhythm within a write
+  (``coverage.commit_rhythm``: the gaps between data commits that rows kept flowing across, never the
+  idle time between runs): ``CADENCE_FACTOR`` times the longest. A fixed period shorter than the
+  rhythm would read the table between two commits and send again what the next one holds; one longer
+  makes every resume wait for nothing. Only a table that shows no rhythm (fewer than two commits of
+  one write) waits the configured ``catch_up_settle_s``. Nothing delivered anywhere (empty cache, no
+  rows in the table) is a first write: no wait.
 * **Laziness.** ``TruthSkip`` consults the table only when the first row the cache does not hold comes
   up, so a re-run the cache covers whole (the normal re-run of a finished write) never reads the table
   and never waits.
@@ -36,7 +39,7 @@ import pyarrow.compute as pc
 from zerobus_orchestration import intervals
 from zerobus_orchestration.catalog.base import TableCatalog
 from zerobus_orchestration.config import ZerobusConfig
-from zerobus_orchestration.coverage import table_truth
+from zerobus_orchestration.coverage import commit_rhythm, table_truth
 from zerobus_orchestration.errors import CatalogError
 from zerobus_orchestration.ranges import CoverageKey, CoverageRecorder, OffsetRange
 from zerobus_orchestration.resume.slices import CoveredIndex, ResumeSlice, without
@@ -44,11 +47,13 @@ from zerobus_orchestration.resume.slices import CoveredIndex, ResumeSlice, witho
 log = logging.getLogger(__name__)
 
 DEFAULT_POLL_S = 0.1
-# How many of the table's latest commits show the service's commit cadence (one Delta log read).
+# How many of the table's latest commits show the service's commit rhythm (one Delta log read).
 CADENCE_COMMITS = 10
-# The settle period is at least this many times the longest recent gap between the table's commits: the
-# next commit is due within one such gap of the last one, and may be as late again (a loaded service).
-CADENCE_FACTOR = 2.0
+# The settle period is this many times the longest gap between commits of one write: every row
+# acknowledged before the resume began is committed within one such gap of its start (the service
+# commits what it acknowledged at each tick), and half a gap more allows for a tick a loaded service
+# runs late.
+CADENCE_FACTOR = 1.5
 
 
 @dataclass(frozen=True)
@@ -58,22 +63,19 @@ class CaughtUp:
     ranges: tuple[OffsetRange, ...]
     settled: bool  # False: the deadline passed while the table still moved or lagged the cache
     waited_s: float
-    settle_s: float = 0.0  # the settle period it waited for (the configured one or the table's cadence)
+    settle_s: float = 0.0  # the settle period it waited for (from the commit rhythm, or the configured one)
 
 
-def settle_period(settle_s: float, gaps_s: Sequence[float], max_s: float) -> float:
-    """``settle_s``, or ``CADENCE_FACTOR`` times the longest recent commit gap if that is longer.
-
-    A service that commits slowly (a loaded Zerobus or emulator) leaves acknowledged rows out of the
-    table for longer than a fixed settle period: the resume would read the table between two commits,
-    take it as settled and send those rows again. Gaps over ``max_s`` are idle time between runs, not
-    cadence, and are left out; the result never exceeds ``max_s``. ``settle_s == 0`` (nothing more can
-    arrive) stays 0.
+def settle_period(settle_s: float, rhythm_s: Sequence[float], max_s: float) -> float:
+    """``CADENCE_FACTOR`` times the longest gap of the service's commit rhythm within a write
+    (``coverage.commit_rhythm.write_rhythm_s``), or ``settle_s`` when the table shows none; never past
+    ``max_s``. ``settle_s == 0`` (nothing more can arrive) stays 0.
     """
-    cadence = [gap for gap in gaps_s if gap <= max_s]
-    if settle_s <= 0 or not cadence:
+    if settle_s <= 0:
         return settle_s
-    return min(max(settle_s, CADENCE_FACTOR * max(cadence)), max_s)
+    if not rhythm_s:
+        return min(settle_s, max_s)
+    return min(CADENCE_FACTOR * max(rhythm_s), max_s)
 
 
 def emission_bound(
@@ -102,15 +104,15 @@ def catch_up(
     cached: tuple[OffsetRange, ...],
     settle_s: float,
     max_s: float,
-    commit_gaps: Callable[[], Sequence[float]] = lambda: (),
+    rhythm: Callable[[], Sequence[float]] = lambda: (),
     poll_s: float = DEFAULT_POLL_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> CaughtUp:
     """Poll the table until it holds ``cached`` and its ranges stay unchanged for the settle period.
 
-    The settle period is ``settle_period(settle_s, commit_gaps(), max_s)``, re-read whenever the table's
-    version moves (its cadence shows in its newest commits). ``read_version`` is cheap (the Delta log);
+    The settle period is ``settle_period(settle_s, rhythm(), max_s)``, re-read whenever the table's
+    version moves (its rhythm shows in its newest commits). ``read_version`` is cheap (the Delta log);
     ranges are re-read only when the version moved. Bounded by ``max_s``: past it the ranges last seen
     are returned with ``settled=False``.
     """
@@ -121,7 +123,7 @@ def catch_up(
         return CaughtUp((), True, 0.0)  # nothing delivered anywhere: a first write, nothing to wait for
 
     def current_settle() -> float:  # the table's history is read only when a settle period applies
-        return settle_period(settle_s, commit_gaps(), max_s) if settle_s > 0 else settle_s
+        return settle_period(settle_s, rhythm(), max_s) if settle_s > 0 else settle_s
 
     settle = current_settle()
     stable_since = clock()
@@ -187,10 +189,10 @@ def learn_from_table(
 
         warned = False
 
-        def commit_gaps() -> tuple[float, ...]:
+        def rhythm() -> tuple[float, ...]:
             nonlocal warned
             try:
-                return table_truth.commit_gaps_s(reader, commits=CADENCE_COMMITS)
+                return commit_rhythm.write_rhythm_s(reader, commits=CADENCE_COMMITS)
             except table_truth.TableTruthError as exc:  # the configured settle period still applies
                 if not warned:  # once per catch-up, not at every version it sees
                     log.warning("%s: %s; waiting the configured settle period only", where, exc)
@@ -213,7 +215,7 @@ def learn_from_table(
             cached=cached,
             settle_s=settings.catch_up_settle_s if settle else 0.0,
             max_s=settings.catch_up_max_s,
-            commit_gaps=commit_gaps,
+            rhythm=rhythm,
         )
     except CatalogError as exc:  # TableTruthError included: the table's files could not be read
         # Safe to go on without it: the cache never claims a row that is not durable, so the worst case

@@ -222,8 +222,8 @@ def test_another_host_waits_out_a_service_that_commits_slowly(
 ) -> None:
     """The service commits every 2.5 s, longer than the configured 0.5 s settle period (a loaded Zerobus).
     Host A is killed just after a commit, with rows acknowledged since; host B resumes at once. Read
-    between two commits, the table would look settled and B would send those rows again; the table's
-    own commit cadence (its recent data commits 2.5 s apart) makes B wait for the next commit."""
+    between two commits, the table would look settled and B would send those rows again; the service's
+    commit rhythm within A's write (its data commits 2.5 s apart) makes B wait for the next commit."""
     warehouse = tmp_path / "wh"
     emulator = Emulator(
         str(warehouse),
@@ -275,4 +275,85 @@ def test_another_host_waits_out_a_service_that_commits_slowly(
     # The fault acted: B skipped rows that reached the table only after the kill (it waited for them).
     assert result.rows_skipped > visible_at_kill
     settle = re.search(r"settle period ([0-9.]+) s", caplog.text)
-    assert settle is not None and float(settle.group(1)) >= 5.0  # twice the 2.5 s cadence, not 0.5 s
+    assert settle is not None and float(settle.group(1)) >= 3.7  # 1.5 x the 2.5 s rhythm, not 0.5 s
+
+
+def data_commit_stamps(warehouse: Path) -> list[float]:
+    """Unix times of the table's data commits, oldest first."""
+    history = DeltaTable(table_uri(str(warehouse), TABLE)).history()
+    return sorted(commit["timestamp"] / 1000.0 for commit in history if commit["operation"] == "WRITE")
+
+
+@pytest.mark.slow  # ~20 s: an earlier run, 4 s idle, host A's whole write, 2 s, host B's resume
+def test_another_host_resuming_after_an_idle_pause_waits_the_service_s_rhythm_not_the_pause(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An earlier run, 4 s idle, then host A writes the partition whole; host B (its own state dir) runs
+    the same write 2 s after A's last commit. Before, the idle gap between the two runs' commits was
+    taken for the service's commit cadence: B waited twice that (8 s) with the default settings, and
+    the whole catch_up_max_s (30 s) when the pause was 15 s, warning that rows may be sent again.
+    Now the settle period comes from the gaps between commits of one write: B waits no longer than
+    twice the service's commit interval, and warns of nothing, since nothing was re-sent."""
+    warehouse = tmp_path / "wh"
+    emulator = Emulator(
+        str(warehouse),
+        EmulatorConfig(time_to_table_s=1.0, iceberg_lag_s=0.0, per_stream_mb_s=1.0),
+        iceberg=False,
+    ).start()
+
+    def settings(host: str) -> dict[str, Any]:  # the default coverage settings: settle 2 s, at most 30 s
+        return {**remote_settings(emulator, warehouse, tmp_path / host), "coverage": {}}
+
+    def config(host: str) -> ZerobusConfig:
+        return ZerobusConfig.model_validate(settings(host))
+
+    try:
+        earlier = ZerobusRuntime(config("host-0"))
+        try:
+            earlier.write(TABLE, orders(20_000, BATCH_ROWS), source="earlier-run")
+        finally:
+            earlier.close()
+        time.sleep(4.0)  # idle: nobody writes the table
+        a_started = time.time()
+        writer = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tests.support.truth_writer",
+                json.dumps(settings("host-a")),
+                str(ROWS),
+                str(BATCH_ROWS),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=Path(__file__).resolve().parents[3],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+        assert "finished" in writer.stdout, writer.stderr[-2000:]
+        emulator.materialize_now(TABLE)
+        stamps = data_commit_stamps(warehouse)
+        a_commits = [stamp for stamp in stamps if stamp >= a_started]
+        assert len(a_commits) >= 3, "host A's write must span the service's commits to show its rhythm"
+        pause = a_commits[0] - max(s for s in stamps if s < a_started)
+        assert pause > 2.0  # the idle pause shows in the log, longer than any gap of one write
+        interval = max(later - earlier for earlier, later in itertools.pairwise(a_commits))
+        time.sleep(max(0.0, stamps[-1] + 2.0 - time.time()))  # B starts 2 s after A's last commit
+
+        runtime = acquire_runtime(config("host-b"))
+        with caplog.at_level(logging.INFO, logger="zerobus_orchestration.resume.truth"):
+            result = runtime.write(TABLE, orders(ROWS, BATCH_ROWS), source=SOURCE)
+        emulator.materialize_now(TABLE)
+        present = offsets_in_table(warehouse)
+    finally:
+        close_all_runtimes()
+        emulator.stop()
+
+    assert (result.rows_written, result.rows_skipped) == (0, ROWS)  # A wrote it all: nothing to send
+    assert len(present) == ROWS  # nothing A delivered was sent again
+    caught = re.search(r"after a ([0-9.]+) s catch-up \(settle period ([0-9.]+) s", caplog.text)
+    assert caught is not None, caplog.text
+    waited, settle = float(caught.group(1)), float(caught.group(2))
+    assert settle <= 2 * interval, (settle, interval)
+    assert waited <= 2 * interval, (waited, interval)
+    assert "may be sent again" not in caplog.text

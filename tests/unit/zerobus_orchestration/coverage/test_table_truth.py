@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,7 +15,6 @@ from zerobus_orchestration.coverage.table_truth import (
     TableReader,
     TableTruthError,
     _rows_via_datafusion,
-    commit_gaps_s,
     delivered_offsets,
     delivered_ranges,
     delivered_rows,
@@ -109,27 +107,6 @@ def test_reader_keeps_storage_options_secret() -> None:
 
     found = TableReader("main.raw.t", "s3://b/t", {"AWS_SECRET_ACCESS_KEY": SecretStr("hunter2")})
     assert "hunter2" not in repr(found)
-
-
-def test_commit_gaps_count_data_commits_only(tmp_path: Path) -> None:
-    """The service's cadence: gaps between commits that added rows; schema changes and deletes are not
-    the service's commits, and a delete between two writes must not split their gap."""
-    path = tmp_path / "t"
-    DeltaTable.create(str(path), rows("a", [0]).schema)  # CREATE TABLE: no rows
-    time.sleep(0.6)
-    write_deltalake(str(path), rows("a", [0, 1]), mode="append")
-    time.sleep(0.3)
-    DeltaTable(str(path)).delete(f"{OFFSET} = 1")  # rewrites the file (adds one): not the service's
-    time.sleep(0.3)
-    write_deltalake(str(path), rows("a", [1]), mode="append")
-    (gap,) = commit_gaps_s(reader(path), commits=10)
-    assert 0.55 <= gap < 2.0  # the two writes' gap; the 0.6 s after the CREATE is not cadence
-    assert commit_gaps_s(reader(path), commits=1) == ()  # one commit: no gap yet
-
-
-def test_commit_gaps_of_a_missing_table_raise(tmp_path: Path) -> None:
-    with pytest.raises(TableTruthError, match="history"):
-        commit_gaps_s(reader(tmp_path / "none"), commits=10)
 
 
 def stamped(tag: str, offsets: list[int], at: dt.datetime) -> pa.Table:

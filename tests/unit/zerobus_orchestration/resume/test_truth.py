@@ -13,7 +13,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from zerobus_orchestration.catalog.local import LocalCatalog
 from zerobus_orchestration.config import ZerobusConfig
-from zerobus_orchestration.coverage import table_truth
+from zerobus_orchestration.coverage import commit_rhythm, table_truth
 from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.reserved import EMIT_TS, OFFSET, SOURCE
@@ -60,7 +60,7 @@ def run(
     cached: tuple[OffsetRange, ...] = (),
     settle_s: float = 1.0,
     max_s: float = 10.0,
-    gaps: Sequence[float] = (),
+    rhythm: Sequence[float] = (),
 ) -> CaughtUp:
     return catch_up(
         table.ranges,
@@ -68,7 +68,7 @@ def run(
         cached=cached,
         settle_s=settle_s,
         max_s=max_s,
-        commit_gaps=lambda: gaps,
+        rhythm=lambda: rhythm,
         poll_s=0.1,
         clock=lambda: table.now,
         sleep=table.sleep,
@@ -109,22 +109,30 @@ def test_bounded_by_max_s_when_the_table_never_settles() -> None:
 
 
 def test_a_table_committing_slowly_is_waited_for_longer_than_the_settle_period() -> None:
-    """The service commits every 3 s (the table's recent data commits show it): rows acknowledged before
-    the crash land 2.5 s into the catch-up. A fixed 1 s settle period would end before them."""
+    """The service commits every 3 s within a write (its rhythm): rows acknowledged before the crash land
+    2.5 s into the catch-up. The configured 1 s settle period would end before them."""
     timeline = [(0.0, (R(0, 10),)), (2.5, (R(0, 30),))]
-    assert run(FakeTable(timeline)).ranges == (R(0, 10),)  # without the cadence: settled too early
+    assert run(FakeTable(timeline)).ranges == (R(0, 10),)  # without the rhythm: settled too early
     table = FakeTable(timeline)
-    caught = run(table, gaps=(3.0, 2.9, 3.1))
+    caught = run(table, rhythm=(3.0, 2.9, 3.1))
     assert caught.settled and caught.ranges == (R(0, 30),)
-    assert caught.settle_s == 6.2 and 8.7 <= table.now < 8.9  # twice the longest gap after the change
+    assert caught.settle_s == pytest.approx(4.65) and 7.15 <= table.now < 7.35  # 1.5 x the longest gap
 
 
-def test_settle_period_from_the_commit_cadence() -> None:
-    assert settle_period(2.0, (), 30.0) == 2.0  # no history: the configured period
-    assert settle_period(2.0, (0.5, 0.8), 30.0) == 2.0  # committing faster than that
-    assert settle_period(2.0, (4.0, 1.0), 30.0) == 8.0
-    assert settle_period(2.0, (20.0,), 30.0) == 30.0  # never past the catch-up's bound
-    assert settle_period(2.0, (3600.0, 1.0), 30.0) == 2.0  # an hour between runs is idle time, not cadence
+def test_a_table_committing_fast_is_waited_for_less_than_the_configured_period() -> None:
+    """The rhythm replaces the configured period, shorter too: a resume 2 s after the last write of a
+    service committing every 0.4 s waits 0.6 s, not the configured 2 s."""
+    table = FakeTable([(0.0, (R(0, 10),))])
+    caught = run(table, settle_s=2.0, rhythm=(0.4, 0.38))
+    assert caught.settled and caught.settle_s == pytest.approx(0.6) and 0.6 <= table.now < 0.8
+
+
+def test_settle_period_from_the_commit_rhythm() -> None:
+    assert settle_period(2.0, (), 30.0) == 2.0  # no rhythm shown: the configured period
+    assert settle_period(2.0, (0.5, 0.8), 30.0) == pytest.approx(1.2)  # the rhythm's, shorter too
+    assert settle_period(2.0, (4.0, 1.0), 30.0) == 6.0
+    assert settle_period(2.0, (25.0,), 30.0) == 30.0  # never past the catch-up's bound
+    assert settle_period(40.0, (), 30.0) == 30.0
     assert settle_period(0.0, (4.0,), 30.0) == 0.0  # nothing more can arrive: no wait at all
 
 
@@ -225,7 +233,7 @@ def test_learnt_positions_are_recorded_into_the_cache(tmp_path: Path) -> None:
 def test_a_history_that_cannot_be_read_leaves_the_configured_settle_period(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The commit cadence is a refinement: without it the resume still reads the table, warned once."""
+    """The commit rhythm is a refinement: without it the resume still reads the table, warned once."""
     config = ZerobusConfig(warehouse=str(tmp_path / "wh"), coverage={"catch_up_settle_s": 0.2})  # type: ignore[arg-type]
     catalog = LocalCatalog(str(tmp_path / "wh"), registry_path=tmp_path / "registry.sqlite")
     write_deltalake(
@@ -235,7 +243,7 @@ def test_a_history_that_cannot_be_read_leaves_the_configured_settle_period(
     def unreadable(*_: object, **__: object) -> tuple[float, ...]:
         raise table_truth.TableTruthError("table main.raw.t: cannot read the Delta log's history")
 
-    monkeypatch.setattr(table_truth, "commit_gaps_s", unreadable)
+    monkeypatch.setattr(commit_rhythm, "write_rhythm_s", unreadable)
     key = CoverageKey("sink", "s[p]", "p")
     with caplog.at_level(logging.WARNING), CoverageStore(tmp_path / "coverage.sqlite", TABLE) as store:
         learnt = learn_from_table(
