@@ -25,6 +25,8 @@ from tests.support.failure_edges import WRONG_SECRET, DaemonKiller, TableFailer,
 from zerobus_orchestration.config import EmulatorConfig
 from zerobus_orchestration.emulator.server import Emulator
 
+pytestmark = pytest.mark.integration  # the official SDK against the emulator, through the operator
+
 START = datetime(2026, 1, 1)
 RETRY = {"retries": 1, "retry_delay": timedelta(seconds=1)}
 
@@ -191,6 +193,7 @@ def test_a_table_failed_mid_write_fails_the_task_once_with_the_table_s_failure(
     assert failed_at - failer.altered_wall < 15.0
 
 
+@pytest.mark.slow  # the shared emulator daemon SIGKILLed mid-write
 def test_a_daemon_killed_mid_write_without_a_successor_fails_the_task_once_naming_it(
     register_dag: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -27,6 +27,8 @@ from tests.support.failure_edges import (
 from zerobus_orchestration.config import EmulatorConfig, SdkStreamOptions
 from zerobus_orchestration.emulator.server import Emulator
 
+pytestmark = pytest.mark.integration  # the official SDK against the emulator, through the IO manager
+
 
 @pytest.fixture
 def emulator(tmp_path: Path) -> Iterator[Emulator]:
@@ -172,6 +174,7 @@ def test_a_table_failed_mid_write_fails_the_step_once_with_the_table_s_failure(t
     assert failed_at - failer.altered_wall < 15.0
 
 
+@pytest.mark.slow  # the shared emulator daemon SIGKILLed mid-write
 def test_a_daemon_killed_mid_write_without_a_successor_fails_the_step_once_naming_it(tmp_path: Path) -> None:
     """The resource's default, a shared emulator daemon: SIGKILLed mid-write while another emulator holds
     the warehouse, so no successor starts. The step fails within 15 s saying the daemon exited, with its

@@ -26,6 +26,8 @@ from zerobus_orchestration.emulator.handle import RemoteEmulator
 from zerobus_orchestration.errors import EmulatorExitedError
 from zerobus_orchestration.runtime.facade import ZerobusRuntime
 
+pytestmark = [pytest.mark.slow, pytest.mark.integration]  # a daemon SIGKILLed under the official SDK
+
 
 def test_a_daemon_killed_mid_write_without_a_successor_fails_naming_it(warehouse: Path) -> None:
     config = daemon_config(warehouse).model_copy(update={"sdk": SdkStreamOptions()})  # the SDK's defaults

@@ -20,6 +20,8 @@ from zerobus_orchestration.config import EmulatorConfig, ZerobusConfig
 from zerobus_orchestration.errors import TableUnavailableError
 from zerobus_orchestration.runtime.facade import ZerobusRuntime
 
+pytestmark = pytest.mark.integration  # the official SDK against the emulator
+
 TABLE = "main.raw.edge_events"
 
 
