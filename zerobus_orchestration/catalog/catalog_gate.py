@@ -28,6 +28,8 @@ from collections.abc import Callable, Mapping
 import pyarrow as pa
 
 from zerobus_orchestration.catalog.base import (
+    COLUMN_MAPPING_MODE,
+    COLUMN_MAPPING_MODES,
     PROP_SOURCE,
     DesiredTable,
     ReconcileOutcome,
@@ -35,15 +37,17 @@ from zerobus_orchestration.catalog.base import (
     TableState,
     TableTags,
 )
-from zerobus_orchestration.catalog.guard import conform_batch
+from zerobus_orchestration.catalog.guard import conform_batch, refuse_unsendable
 from zerobus_orchestration.catalog.plan import plan
 from zerobus_orchestration.catalog.preconditions import primary_raw_conditions, require_conditions
 from zerobus_orchestration.catalog.projection import projected
+from zerobus_orchestration.catalog.steps import CreateTable, ReconcilePlan, SetProperty
 from zerobus_orchestration.config import CommentPolicy, Role
 from zerobus_orchestration.contracts import ContractDescriptions
 from zerobus_orchestration.errors import PreconditionsUnmetError
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.reserved import RESERVED_NAMES
+from zerobus_orchestration.wire_schema import arrow_column_problems
 
 DEFAULT_RECHECK_INTERVAL_S = 60.0
 _STAMPED = frozenset(RESERVED_NAMES)
@@ -182,6 +186,8 @@ class CatalogGate:
             # any DDL and before any batch of this write is sent.
             self._require(table, live)
         desired = self.desired(table, schema)
+        # Before any DDL: a column the wire cannot carry would leave a table no batch can be sent to.
+        self._refuse_unsendable(table, schema, live or self.catalog.describe, desired)
         outcome = _quiet.get(self.catalog, table, live, desired)
         if outcome is None:
             outcome = self.catalog.reconcile(table, desired)
@@ -210,14 +216,38 @@ class CatalogGate:
         desired = self.desired(table, schema)
         if after is not None:
             the_plan = plan(after, desired, allow_widening=desired.allow_widening)
+            self._refuse_unsendable(table, schema, after, desired, the_plan)
             the_plan.raise_if_refused()
             return projected(after, the_plan)
         live = self.catalog.describe(table)
         if self.rechecks and live is not None and live.registered:
             self._require(table, live)
         the_plan = self.catalog.plan(table, desired)
+        self._refuse_unsendable(table, schema, live, desired, the_plan)
         the_plan.raise_if_refused()
         return projected(live, the_plan)
+
+    def _refuse_unsendable(
+        self,
+        table: str,
+        schema: pa.Schema,
+        live: TableState | Callable[[str], TableState | None] | None,
+        desired: DesiredTable,
+        the_plan: ReconcilePlan | None = None,
+    ) -> None:
+        """Refuse a column the wire cannot carry (``guard.refuse_unsendable``), naming it and the fix.
+
+        A name outside ``[A-Za-z_][A-Za-z0-9_]*`` is fine on a table with column mapping only, so for one
+        the table's mode once reconciled is worked out: from the plan (a CREATE's properties, a property
+        step), else the live table. Emulated column mapping does not count: the table the service reads
+        is plain. ``live`` may be the catalog's ``describe``, called only then.
+        """
+        refuse_unsendable(table, schema, column_mapping=True, metrics=self.metrics)
+        if not any(p.is_name for p in arrow_column_problems(schema, column_mapping=False)):
+            return
+        state = live(table) if callable(live) else live
+        mapped = _mapping_mode(state, the_plan or self.catalog.plan(table, desired))
+        refuse_unsendable(table, schema, column_mapping=mapped, metrics=self.metrics)
 
     def conform(self, table: str, batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
         if self.rechecks and self._recheck_due_now(table):
@@ -257,3 +287,13 @@ class CatalogGate:
             # Claimed: sinks sharing this gate re-read the table once per interval, not once each.
             self._recheck_due[table] = now + self.recheck_interval_s
             return due is not None  # ``conform`` without ``ensure`` first: the timer starts now
+
+
+def _mapping_mode(live: TableState | None, plan: ReconcilePlan) -> bool:
+    for step in plan.steps:
+        if isinstance(step, CreateTable):
+            return step.properties.get(COLUMN_MAPPING_MODE, "none").lower() in COLUMN_MAPPING_MODES
+        if isinstance(step, SetProperty) and step.key == COLUMN_MAPPING_MODE:
+            return step.value.lower() in COLUMN_MAPPING_MODES
+    mode = live.properties.get(COLUMN_MAPPING_MODE, "none") if live is not None else "none"
+    return mode.lower() in COLUMN_MAPPING_MODES

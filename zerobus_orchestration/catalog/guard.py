@@ -8,6 +8,12 @@ with any failing column is refused whole, so nothing of it is sent. That include
 outside 0001-01-01 .. 9999-12-31 (``out_of_range``), which Arrow holds but Delta and Iceberg do not: the
 message names the first such value and its row (and ``_twg_offset`` position when stamped).
 
+Shapes Zerobus' Arrow Flight path cannot carry (``wire_schema``: an array of arrays or of maps, a map whose
+value is an array or a map, a map keyed by a float, double, binary or nested type) and, on a table
+without column mapping, field names outside ``[A-Za-z_][A-Za-z0-9_]*`` are refused by
+``refuse_unsendable`` (``unsendable_shape``, ``unsendable_name``): the catalog gate calls it before it
+creates or evolves the table, so such a column leaves neither a row sent nor a table behind.
+
 Each outcome is counted by ``kind`` through ``record_type_reconcile`` (``zerobus_type_reconcile_total``);
 a type mismatch no cast can bridge (``UNRECONCILABLE``) is also counted per column in
 ``zerobus_type_unreconcilable_total`` and logged at ERROR (``record_unreconcilable``).
@@ -30,6 +36,7 @@ from zerobus_orchestration.catalog.temporal_range import is_temporal, out_of_ran
 from zerobus_orchestration.errors import UnsupportedType, WriteBoundaryError
 from zerobus_orchestration.reserved import OFFSET, RESERVED_NAMES
 from zerobus_orchestration.type_map import arrow_storage_type, can_widen_to, delta_type
+from zerobus_orchestration.wire_schema import WireProblem, arrow_column_problems
 
 if TYPE_CHECKING:
     from zerobus_orchestration.metrics import SinkMetrics
@@ -50,6 +57,8 @@ MISSING_NOT_NULL = "missing_not_null"
 NULL_INTO_NOT_NULL = "null_into_not_null"
 OUT_OF_RANGE = "out_of_range"  # a DATE/TIMESTAMP outside 0001-01-01 .. 9999-12-31
 UNSUPPORTED = "unsupported_type"
+UNSENDABLE_SHAPE = "unsendable_shape"  # a shape Zerobus' Arrow Flight path refuses (wire_schema)
+UNSENDABLE_NAME = "unsendable_name"  # a field name it refuses on a table without column mapping
 # Cast kinds (lossless, counted but not refused).
 CAST_UNSIGNED = "cast_unsigned"
 CAST_INTEGER = "cast_integer"
@@ -65,7 +74,16 @@ CAST_NULL = "cast_null"
 # Counted again, per column, in ``zerobus_type_unreconcilable_total`` and logged at ERROR; value
 # problems (overflow, nulls, out-of-range dates) and missing/unknown columns are not type mismatches.
 UNRECONCILABLE = frozenset(
-    {NESTED_INTO_STRING, TZ_AWARE_INTO_NTZ, NAIVE_INTO_TZ, TYPE_MISMATCH, LOSSY, UNSUPPORTED}
+    {
+        NESTED_INTO_STRING,
+        TZ_AWARE_INTO_NTZ,
+        NAIVE_INTO_TZ,
+        TYPE_MISMATCH,
+        LOSSY,
+        UNSUPPORTED,
+        UNSENDABLE_SHAPE,
+        UNSENDABLE_NAME,
+    }
 )
 
 
@@ -319,7 +337,13 @@ _plans: list[tuple[str, pa.Schema, pa.Schema, frozenset[str], _Plan]] = []
 _plans_lock = threading.Lock()
 
 
-def _plan(table: str, incoming: pa.Schema, target: pa.Schema, trusted: frozenset[str]) -> _Plan | None:
+def _plan(
+    table: str,
+    incoming: pa.Schema,
+    target: pa.Schema,
+    trusted: frozenset[str],
+    metrics: SinkMetrics | None = None,
+) -> _Plan | None:
     """The cached plan, or None when a column is unknown or a NOT NULL column missing (the slow path
     then builds the full refusal). Looked up by ``Schema.equals`` (cheap), not by hash (it is not)."""
     with _plans_lock:
@@ -335,6 +359,8 @@ def _plan(table: str, incoming: pa.Schema, target: pa.Schema, trusted: frozenset
                 return plan
     if any(target.get_field_index(name) < 0 for name in incoming.names):
         return None
+    # Names are ``CatalogGate.ensure``'s to check: it knows whether the table has column mapping.
+    refuse_unsendable(table, incoming, column_mapping=True, metrics=metrics)
     columns: list[tuple[int, pa.Field, bool]] = []
     for declared in target:
         index = incoming.get_field_index(declared.name)
@@ -374,7 +400,7 @@ def conform_batch(
     before pays only for the per-value checks its columns need.
     """
     trusted = trusted & frozenset(RESERVED_NAMES)
-    plan = _plan(table, batch.schema, target, trusted)
+    plan = _plan(table, batch.schema, target, trusted, metrics)
     if plan is None:
         return _conform_slow(table, batch, target, metrics)
     problems: list[_Problem] = []
@@ -402,6 +428,7 @@ def _conform_slow(
     table: str, batch: pa.RecordBatch, target: pa.Schema, metrics: SinkMetrics | None
 ) -> pa.RecordBatch:
     """Every column decided in full: the path of a batch with an unknown or missing NOT NULL column."""
+    refuse_unsendable(table, batch.schema, column_mapping=True, metrics=metrics)
     problems: list[_Problem] = []
     casts: list[str] = []
     incoming_names = set(batch.schema.names)
@@ -439,6 +466,26 @@ def _conform_slow(
             arrays.append(cast)
     _refuse_or_record(table, problems, casts, metrics)
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=batch.schema.metadata))
+
+
+def refuse_unsendable(
+    table: str, schema: pa.Schema, *, column_mapping: bool, metrics: SinkMetrics | None = None
+) -> None:
+    """Raise ``WriteBoundaryError`` if a column of ``schema`` is a shape the wire cannot carry.
+
+    ``column_mapping``: the table has (or will be created with) column mapping, where any field name is
+    fine; without it, names outside ``[A-Za-z_][A-Za-z0-9_]*`` are refused too (``wire_schema``). Every
+    such column is named with its path, its shape and the fix; nothing has been sent or created yet.
+    """
+    found = arrow_column_problems(schema, column_mapping=column_mapping)
+    if found:
+        _refuse(table, [_unsendable(table, p) for p in found], metrics)
+
+
+def _unsendable(table: str, problem: WireProblem) -> _Problem:
+    column = problem.path.split(".", 1)[0]
+    kind = UNSENDABLE_NAME if problem.is_name else UNSENDABLE_SHAPE
+    return _Problem(column, kind, f"table {table}, {problem.render()}")
 
 
 def _decided(column: _Column, problems: list[_Problem], casts: list[str]) -> pa.Array | None:

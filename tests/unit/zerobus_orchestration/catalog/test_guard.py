@@ -103,6 +103,53 @@ def test_ensure_refuses_a_wider_producer_type_before_anything_is_sent(gate: Cata
     assert "live SMALLINT, desired BIGINT" in str(info.value)
 
 
+UNSENDABLE = [
+    ("nested", pa.list_(pa.list_(pa.int64())), "nested", "an array of arrays"),
+    ("maps", pa.list_(pa.map_(pa.string(), pa.int64())), "maps", "an array of maps"),
+    ("multi", pa.map_(pa.string(), pa.list_(pa.int64())), "multi", "a map whose value is an array"),
+    ("deep", pa.map_(pa.string(), pa.map_(pa.string(), pa.int64())), "deep", "a map whose value is a map"),
+    ("by_ratio", pa.map_(pa.float64(), pa.int64()), "by_ratio.key", "a map keyed by DOUBLE"),
+    ("by_blob", pa.map_(pa.binary(), pa.int64()), "by_blob.key", "a map keyed by BINARY"),
+    ("s", pa.struct([("inner", pa.list_(pa.list_(pa.int8())))]), "s.inner", "an array of arrays"),
+]
+
+
+@pytest.mark.parametrize(("column", "kind", "path", "shape"), UNSENDABLE, ids=[c for c, *_ in UNSENDABLE])
+def test_ensure_refuses_a_shape_the_wire_cannot_carry_before_creating_the_table(
+    gate: CatalogGate, metrics: SinkMetrics, column: str, kind: pa.DataType, path: str, shape: str
+) -> None:
+    with pytest.raises(WriteBoundaryError) as info:
+        gate.ensure(T, pa.schema([pa.field("id", pa.int64()), pa.field(column, kind)]))
+    err = info.value
+    assert (err.table, err.column, err.kind) == (T, column, "unsendable_shape")
+    assert f"table {T}, column {path!r} is {shape}" in str(err) and "Fix: " in str(err)
+    assert gate.catalog.describe(T) is None  # refused before any DDL: no table left behind
+    labels = {"table": T, "column": column, "kind": "unsendable_shape"}
+    assert metrics.sample("zerobus_type_unreconcilable_total", labels) == 1.0
+
+
+def test_ensure_refuses_a_name_the_wire_takes_only_with_column_mapping(gate: CatalogGate) -> None:
+    with pytest.raises(WriteBoundaryError) as info:
+        gate.ensure(T, pa.schema([pa.field("id", pa.int64()), pa.field("prix-€", pa.int64())]))
+    assert (info.value.column, info.value.kind) == ("prix-€", "unsendable_name")
+    assert "rename it (e.g. 'prix__')" in str(info.value) and "column mapping" in str(info.value)
+    assert gate.catalog.describe(T) is None
+    # Delta itself allows the name on a plain table; only the Arrow Flight path refuses it.
+    nested = pa.struct([pa.field("ok", pa.int32()), pa.field("not ok", pa.int32())])
+    with pytest.raises(WriteBoundaryError, match=r"column 's\.not ok' is a field name outside"):
+        gate.ensure(T, pa.schema([pa.field("id", pa.int64()), pa.field("s", nested)]))
+
+
+def test_the_guard_alone_refuses_an_unsendable_shape_too(gate: CatalogGate) -> None:
+    target = ensure_table(gate)
+    # A table made outside the package may hold such a column; no batch can fill it.
+    nested = pa.schema([*target, pa.field("nested", pa.list_(pa.list_(pa.int64())))])
+    b = pa.RecordBatch.from_pydict({"id": pa.array([1], pa.int64()), "nested": pa.array([[[1]]])})
+    with pytest.raises(WriteBoundaryError, match="an array of arrays") as info:
+        gate.conform(T, b, nested)
+    assert info.value.kind == "unsendable_shape"
+
+
 def test_ensure_leaves_other_mismatches_to_the_guard_and_its_precise_fix(gate: CatalogGate) -> None:
     ensure_table(gate)
     nested = pa.array([{"a": 1}], pa.struct([("a", pa.int32())]))

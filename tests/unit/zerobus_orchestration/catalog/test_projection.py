@@ -15,9 +15,14 @@ from tests.support.uc_fixtures import Backend
 from tests.unit.zerobus_orchestration.catalog.test_backend_contract import RICH_SCHEMA
 from zerobus_orchestration.catalog.catalog_gate import CatalogGate
 from zerobus_orchestration.config import Role
-from zerobus_orchestration.errors import PlanRefusedError
+from zerobus_orchestration.errors import PlanRefusedError, WriteBoundaryError
 
 TABLE = "main.derived.projected"
+# RICH_SCHEMA's struct field ``odd`name`` is a name the Arrow Flight path takes only on a table with
+# column mapping (docs/architecture.md#the-wire-contract): the same schema with it renamed, for the
+# projections that must equal what ``ensure`` creates; the name itself is tested below.
+POINT = pa.struct([("x", pa.float64()), ("odd_name", pa.string())])
+SENDABLE = RICH_SCHEMA.set(RICH_SCHEMA.get_field_index("point"), pa.field("point", POINT))
 
 
 def _gate(backend: Backend, role: Role = Role.DERIVED, allow_widening: bool = False) -> CatalogGate:
@@ -26,17 +31,33 @@ def _gate(backend: Backend, role: Role = Role.DERIVED, allow_widening: bool = Fa
 
 def test_a_table_to_create_projects_the_target_ensure_returns(backend: Backend) -> None:
     gate = _gate(backend)
-    target = gate.projected(TABLE, RICH_SCHEMA).arrow_schema()
+    target = gate.projected(TABLE, SENDABLE).arrow_schema()
     assert backend.catalog.describe(TABLE) is None  # nothing was created
-    assert target == gate.ensure(TABLE, RICH_SCHEMA)
+    assert target == gate.ensure(TABLE, SENDABLE)
 
 
 def test_primary_raw_creation_projects_the_same_target(backend: Backend) -> None:
     gate = _gate(backend, Role.PRIMARY_RAW)
     table = "main.raw.projected"
-    target = gate.projected(table, RICH_SCHEMA).arrow_schema()
+    target = gate.projected(table, SENDABLE).arrow_schema()
     assert backend.catalog.describe(table) is None
-    assert target == gate.ensure(table, RICH_SCHEMA)
+    assert target == gate.ensure(table, SENDABLE)
+
+
+@pytest.mark.parametrize("role", [Role.DERIVED, Role.PRIMARY_RAW])
+def test_a_name_the_wire_refuses_is_refused_by_the_projection_as_by_ensure(
+    backend: Backend, role: Role
+) -> None:
+    gate = _gate(backend, role)
+    table = "main.raw.projected" if role is Role.PRIMARY_RAW else TABLE
+    column_mapped = backend.kind == "unity" and role is Role.PRIMARY_RAW  # Unity maps a primary raw table
+    if column_mapped:
+        assert gate.projected(table, RICH_SCHEMA).arrow_schema() == gate.ensure(table, RICH_SCHEMA)
+        return
+    for attempt in (gate.projected, gate.ensure):
+        with pytest.raises(WriteBoundaryError, match=r"column 'point\.odd`name' is a field name outside"):
+            attempt(table, RICH_SCHEMA)
+    assert backend.catalog.describe(table) is None
 
 
 def test_an_added_and_a_widened_column_project_the_evolved_target(backend: Backend) -> None:
