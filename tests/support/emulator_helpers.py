@@ -16,10 +16,12 @@ from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.tables import table_uri
 
 TABLE = "main.default.events"
+# The test table's schema in the Arrow types the wire carries (docs/architecture.md#the-wire-contract):
+# what an SDK stream to it must declare. Created from it, the Delta table has STRING ``name``.
 SCHEMA = pa.schema(
     [
         pa.field("id", pa.int64(), nullable=False),
-        pa.field("name", pa.string()),
+        pa.field("name", pa.large_string()),
         pa.field("score", pa.float64()),
     ]
 )

@@ -8,11 +8,14 @@ with any failing column is refused whole, so nothing of it is sent. That include
 outside 0001-01-01 .. 9999-12-31 (``out_of_range``), which Arrow holds but Delta and Iceberg do not: the
 message names the first such value and its row (and ``_twg_offset`` position when stamped).
 
-Shapes Zerobus' Arrow Flight path cannot carry (``wire_schema``: an array of arrays or of maps, a map whose
-value is an array or a map, a map keyed by a float, double, binary or nested type) and, on a table
-without column mapping, field names outside ``[A-Za-z_][A-Za-z0-9_]*`` are refused by
-``refuse_unsendable`` (``unsendable_shape``, ``unsendable_name``): the catalog gate calls it before it
-creates or evolves the table, so such a column leaves neither a row sent nor a table behind.
+What leaves the guard is in the wire types of ``wire_schema`` (the schema Databricks' Arrow Flight server
+builds from the table: ``large_utf8`` strings, DECIMAL as its exact text, list items named ``item``, maps
+of ``keys``/``values``), converted by ``wire_values.to_wire`` after every check has passed on the declared
+types. Shapes that schema cannot carry (an array of arrays or of maps, a map whose value is an array or a
+map, a map keyed by a float, double, binary or nested type) and, on a table without column mapping,
+field names outside ``[A-Za-z_][A-Za-z0-9_]*`` are refused by ``refuse_unsendable`` (``unsendable_shape``,
+``unsendable_name``): the catalog gate calls it before it creates or evolves the table, so such a column
+leaves neither a row sent nor a table behind.
 
 Each outcome is counted by ``kind`` through ``record_type_reconcile`` (``zerobus_type_reconcile_total``);
 a type mismatch no cast can bridge (``UNRECONCILABLE``) is also counted per column in
@@ -36,7 +39,8 @@ from zerobus_orchestration.catalog.temporal_range import is_temporal, out_of_ran
 from zerobus_orchestration.errors import UnsupportedType, WriteBoundaryError
 from zerobus_orchestration.reserved import OFFSET, RESERVED_NAMES
 from zerobus_orchestration.type_map import arrow_storage_type, can_widen_to, delta_type
-from zerobus_orchestration.wire_schema import WireProblem, arrow_column_problems
+from zerobus_orchestration.wire_schema import WireProblem, arrow_column_problems, wire_type_of_arrow
+from zerobus_orchestration.wire_values import to_wire
 
 if TYPE_CHECKING:
     from zerobus_orchestration.metrics import SinkMetrics
@@ -321,13 +325,14 @@ def _same_family(a: pa.DataType, b: pa.DataType) -> bool:
 class _Plan:
     """What the schemas alone decide for one (table, batch schema, target, trusted) combination.
 
-    ``columns``: per declared column present in the batch, its index in the batch and whether it needs
-    the full per-value decision (``_Column.decide``); the others have the declared type already and need
-    only the NOT NULL count check (O(1): Arrow keeps the null count). ``schema``: the output schema.
+    ``columns``: per declared column present in the batch, its index in the batch, whether it needs
+    the full per-value decision (``_Column.decide``; the others have the declared type already and need
+    only the NOT NULL count check, O(1): Arrow keeps the null count) and its wire type when that differs
+    from the declared one (None: sent as declared). ``schema``: the output (wire) schema.
     ``unchanged``: the output schema is the batch's own, so a batch needing no cast is returned as is.
     """
 
-    columns: tuple[tuple[int, pa.Field, bool], ...]
+    columns: tuple[tuple[int, pa.Field, bool, pa.DataType | None], ...]
     schema: pa.Schema
     unchanged: bool
 
@@ -361,21 +366,29 @@ def _plan(
         return None
     # Names are ``CatalogGate.ensure``'s to check: it knows whether the table has column mapping.
     refuse_unsendable(table, incoming, column_mapping=True, metrics=metrics)
-    columns: list[tuple[int, pa.Field, bool]] = []
+    columns: list[tuple[int, pa.Field, bool, pa.DataType | None]] = []
+    fields: list[pa.Field] = []
     for declared in target:
         index = incoming.get_field_index(declared.name)
         if index < 0:
             if not declared.nullable:
                 return None
             continue
-        same = incoming.field(index).type == declared.type
+        wire = _wire_type(table, declared, metrics)
+        sent = incoming.field(index).type
+        # Already the declared type, or already its wire form (a large string for a STRING column, the
+        # engine's own ``_twg_source``): nothing to cast, and none of the per-value casts' checks apply.
+        same = sent == declared.type or _is_wire_form_of(sent, wire, declared.type)
         # Engine-stamped columns of the declared type are right by construction (an emit time comes
         # from a Python datetime, so it cannot leave 0001..9999): no per-value range scan for them.
         full = not same or (is_temporal(declared.type) and declared.name not in trusted)
-        columns.append((index, declared, full))
-    fields = [declared for _, declared, _ in columns]
+        converted = None if str(wire) == str(declared.type) else wire  # str: names count on the wire
+        columns.append((index, declared, full, converted))
+        fields.append(pa.field(declared.name, wire, nullable=declared.nullable))
     schema = pa.schema(fields, metadata=incoming.metadata)
-    plan = _Plan(tuple(columns), schema, schema.equals(incoming, check_metadata=True))
+    # Arrow's schema equality ignores list item and map field names; the wire does not.
+    unchanged = schema.equals(incoming, check_metadata=True) and str(schema) == str(incoming)
+    plan = _Plan(tuple(columns), schema, unchanged)
     with _plans_lock:
         _plans.insert(0, (table, incoming, target, trusted, plan))
         del _plans[_PLAN_CACHE_SIZE:]
@@ -389,43 +402,52 @@ def conform_batch(
     *,
     metrics: SinkMetrics | None = None,
     trusted: frozenset[str] = frozenset(),
+    check_only: bool = False,
 ) -> pa.RecordBatch:
-    """``batch`` cast and ordered as ``target`` (omitted nullable columns stay omitted), or raise.
+    """``batch`` cast and ordered as ``target`` (omitted nullable columns stay omitted), in the wire
+    types (``wire_schema``), or raise.
 
     Raises ``WriteBoundaryError`` for the first failing column; its message lists every failure.
     Each kind (cast or failure) is counted once per batch. ``trusted``: reserved columns the engine
     stamped itself (``reserved.RESERVED_NAMES``); when their type is the declared one they skip the
     per-value range scan. Never pass caller columns here: the sink refuses reserved names in input.
     What the schemas alone decide is cached per (table, schema, target), so a batch of a schema seen
-    before pays only for the per-value checks its columns need.
+    before pays only for the per-value checks its columns need. ``check_only``: every check and count,
+    but no batch to send is built (the whole-input check, ``sink/input_check.py``): ``batch`` comes back.
     """
     trusted = trusted & frozenset(RESERVED_NAMES)
     plan = _plan(table, batch.schema, target, trusted, metrics)
     if plan is None:
-        return _conform_slow(table, batch, target, metrics)
+        return _conform_slow(table, batch, target, metrics, check_only)
     problems: list[_Problem] = []
     casts: list[str] = []
     arrays: list[pa.Array] = []
     offsets: pa.Array | None = None
-    for index, declared, full in plan.columns:
+    for index, declared, full, wire in plan.columns:
         values = batch.column(index)
+        if check_only:
+            wire = None  # nothing is sent: the wire conversion is never needed
         if not full and (declared.nullable or not values.null_count):
-            arrays.append(values)
+            arrays.append(values if wire is None else to_wire(values, wire))
             continue
         if offsets is None:
             offset_index = batch.schema.get_field_index(OFFSET)
             offsets = batch.column(offset_index) if offset_index >= 0 else None
         cast = _decided(_Column(table, declared.name, values, declared, offsets), problems, casts)
         if cast is not None:
-            arrays.append(cast)
+            arrays.append(cast if wire is None else to_wire(cast, wire))
     _refuse_or_record(table, problems, casts, metrics)
-    if plan.unchanged and not casts:
+    if check_only or (plan.unchanged and not casts):
         return batch
     return pa.RecordBatch.from_arrays(arrays, schema=plan.schema)
 
 
 def _conform_slow(
-    table: str, batch: pa.RecordBatch, target: pa.Schema, metrics: SinkMetrics | None
+    table: str,
+    batch: pa.RecordBatch,
+    target: pa.Schema,
+    metrics: SinkMetrics | None,
+    check_only: bool = False,
 ) -> pa.RecordBatch:
     """Every column decided in full: the path of a batch with an unknown or missing NOT NULL column."""
     refuse_unsendable(table, batch.schema, column_mapping=True, metrics=metrics)
@@ -461,10 +483,13 @@ def _conform_slow(
             continue
         values = batch.column(batch.schema.get_field_index(declared.name))
         cast = _decided(_Column(table, declared.name, values, declared, offsets), problems, casts)
-        if cast is not None:
-            fields.append(declared)
-            arrays.append(cast)
+        if cast is not None and not check_only:
+            wire = _wire_type(table, declared, metrics)
+            fields.append(pa.field(declared.name, wire, nullable=declared.nullable))
+            arrays.append(to_wire(cast, wire))
     _refuse_or_record(table, problems, casts, metrics)
+    if check_only:
+        return batch
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, metadata=batch.schema.metadata))
 
 
@@ -486,6 +511,27 @@ def _unsendable(table: str, problem: WireProblem) -> _Problem:
     column = problem.path.split(".", 1)[0]
     kind = UNSENDABLE_NAME if problem.is_name else UNSENDABLE_SHAPE
     return _Problem(column, kind, f"table {table}, {problem.render()}")
+
+
+def _wire_type(table: str, declared: pa.Field, metrics: SinkMetrics | None) -> pa.DataType:
+    """The declared column's wire type; a declared shape the wire cannot carry is refused here too."""
+    try:
+        return wire_type_of_arrow(declared.type)
+    except UnsupportedType as exc:
+        # The table itself has such a column (made outside the package): no batch can fill it.
+        message = f"table {table}, declared column {declared.name!r}: {exc}"
+        _refuse(table, [_Problem(declared.name, UNSENDABLE_SHAPE, message)], metrics)
+
+
+def _is_wire_form_of(sent: pa.DataType, wire: pa.DataType, declared: pa.DataType) -> bool:
+    """``sent`` is ``declared``'s wire type and a lossless encoding of it (large strings for STRING), not
+    text in a DECIMAL column's wire type (text is parsed nowhere: refused as a type mismatch)."""
+    if str(sent) != str(wire):
+        return False
+    try:
+        return bool(arrow_storage_type(sent) == declared)
+    except UnsupportedType:
+        return False
 
 
 def _decided(column: _Column, problems: list[_Problem], casts: list[str]) -> pa.Array | None:

@@ -50,6 +50,7 @@ from zerobus_orchestration.emulator.unity.local_cloud import (
 from zerobus_orchestration.emulator.unity.metastore import DEFAULT_CATALOG
 from zerobus_orchestration.emulator.unity.workspace import UnityWorkspace
 from zerobus_orchestration.emulator.wal import table_of_wal_dir, wal_dir_name
+from zerobus_orchestration.emulator.wire_casts import WireCasts
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.locations import is_local, local_path
 from zerobus_orchestration.tables import TableName, table_uri, zerobus_dir
@@ -118,6 +119,7 @@ class Emulator:
         self.limiter = StreamLimiter(self.config.max_streams_per_table)
         self.faults = FaultInjector(list(faults), enabled=self.config.faults_enabled)
         self.per_stream_mb_s = self.config.per_stream_mb_s
+        self.wire_casts = WireCasts()  # batches cast as the Arrow Flight server casts them (wire_casts.py)
         self._iceberg_enabled = iceberg
         self._max_workers = max_workers
         self._tables: dict[str, TableState] = {}

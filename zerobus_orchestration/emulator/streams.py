@@ -16,13 +16,15 @@ import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 import pyarrow as pa
 
 from zerobus_orchestration.emulator.errors import RecordTooLarge
 from zerobus_orchestration.emulator.flight_frame import FlightFrame, parse_flight_data
+from zerobus_orchestration.emulator.ipc_names import sent_fields, with_sent_names
+from zerobus_orchestration.emulator.materializer import load_table
 from zerobus_orchestration.emulator.proto import flight_pb2 as _flight_pb2
 from zerobus_orchestration.emulator.proto import zerobus_service_pb2 as _zerobus_service_pb2
 from zerobus_orchestration.emulator.proto_check import check_descriptor, render
@@ -36,7 +38,13 @@ from zerobus_orchestration.emulator.records import (
     rows_to_batch,
     schema_from_frame,
 )
-from zerobus_orchestration.emulator.schema_check import check_schema
+from zerobus_orchestration.emulator.schema_check import (
+    SchemaCheck,
+    WireColumn,
+    check_schema,
+    table_wire_columns,
+    wire_cast,
+)
 from zerobus_orchestration.emulator.session import (
     TABLE_HEADER,
     Decoded,
@@ -47,6 +55,7 @@ from zerobus_orchestration.emulator.session import (
     stream_metadata,
 )
 from zerobus_orchestration.emulator.status import RpcFailure
+from zerobus_orchestration.emulator.wire_casts import WireCasts
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +74,13 @@ READY = json.dumps({"ack_up_to_offset": -1, "ack_up_to_records": 0}).encode()
 zerobus_service_pb2: Any = _zerobus_service_pb2
 flight_pb2: Any = _flight_pb2
 RecordType: Any = zerobus_service_pb2.RecordType
+_COLUMN_MAPPING_MODES = frozenset({"name", "id"})  # delta.columnMapping.mode values that turn it on
+
+
+class ArrowServices(StreamServices, Protocol):
+    """What an Arrow stream needs beyond any stream's: where it counts the server-side casts."""
+
+    wire_casts: WireCasts
 
 
 # -- row path ---------------------------------------------------------------------------------------
@@ -211,17 +227,28 @@ def _offset_of(frame: FlightFrame, fallback: int) -> int:
         return fallback
 
 
-def do_put(services: StreamServices, requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+def table_wire_schema(uri: str, storage_options: dict[str, str] | None) -> list[WireColumn]:
+    """The table's columns in the schema the Arrow Flight server builds from it (``wire_schema``), read
+    from the Delta log's own schema; names outside ``[A-Za-z_][A-Za-z0-9_]*`` count as columns the wire
+    cannot carry unless the table has column mapping."""
+    table = load_table(uri, storage_options)
+    fields = json.loads(table.schema().to_json())["fields"]
+    mode = (table.metadata().configuration.get("delta.columnMapping.mode") or "none").lower()
+    return table_wire_columns(fields, column_mapping=mode in _COLUMN_MAPPING_MODES)
+
+
+def do_put(services: ArrowServices, requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
     metadata = stream_metadata(context)
     opened = open_stream(services, metadata.get(TABLE_HEADER), metadata, "arrow")
     if isinstance(opened, RpcFailure):
         opened.apply(context)
         return
     session = opened.session
-    full_name, target = session.state.full_name, session.target
+    full_name = session.state.full_name
     try:
         first = next(requests)
-        schema = schema_from_frame(first.data_header)
+        # Map field names as sent: pyarrow's reader renames them (ipc_names.py), the server does not.
+        schema = with_sent_names(schema_from_frame(first.data_header), sent_fields(first.data_header))
         schema_message = ipc_message(first.data_header, b"")
     except (StopIteration, grpc.RpcError):
         opened.release()
@@ -232,11 +259,24 @@ def do_put(services: StreamServices, requests: Iterator[Any], context: grpc.Serv
             grpc.StatusCode.INVALID_ARGUMENT, f"{full_name}: first frame is not an IPC schema: {exc}"
         ).apply(context)
         return
-    check = check_schema(full_name, schema, target)
+    try:
+        expected = table_wire_schema(session.state.uri, session.state.storage_options)
+    except Exception as exc:  # never raise inside the response generator (reconnect hot loop)
+        opened.release()
+        RpcFailure(grpc.StatusCode.UNAVAILABLE, f"{full_name}: cannot read the table schema: {exc}").apply(
+            context
+        )
+        return
+    # At stream creation, as the service does: the schema frame against the table's wire schema.
+    check: SchemaCheck = check_schema(full_name, schema, expected)
     if not check.ok:
         opened.release()
         RpcFailure.schema(check.message(), check.causes).apply(context)
         return
+    if check.casts:
+        log.info(
+            "%s: stream %s needs a per-batch cast (%s)", full_name, session.stream_id, ", ".join(check.casts)
+        )
     frames = 0
 
     def decode(frame: FlightFrame) -> Decoded:
@@ -247,7 +287,11 @@ def do_put(services: StreamServices, requests: Iterator[Any], context: grpc.Serv
             return Decoded(None, offset, 0)
         # The body is a view of the received message: frame_stream's buffer is its one copy.
         batch, stream = frame_stream(schema, schema_message, frame.data_header, frame.data_body)
-        return Decoded(batch, offset, len(frame.data_body), ipc=stream)
+        if check.schema is None:
+            return Decoded(batch, offset, len(frame.data_body), ipc=stream)
+        # Cast per batch, as the server does, and counted: the log then holds the canonical schema.
+        services.wire_casts.add(full_name, check.casts)
+        return Decoded(wire_cast(batch, check.schema), offset, len(frame.data_body))
 
     def ack_json(pending: Pending, rotate_grace_ms: int | None) -> list[Any]:
         body = {"ack_up_to_offset": pending.wire_offset, "ack_up_to_records": pending.cumulative_rows}
@@ -259,7 +303,7 @@ def do_put(services: StreamServices, requests: Iterator[Any], context: grpc.Serv
     yield from run_session(opened, context, requests, decode, ack_json)
 
 
-def generic_handlers(services: StreamServices) -> tuple[grpc.GenericRpcHandler, ...]:
+def generic_handlers(services: ArrowServices) -> tuple[grpc.GenericRpcHandler, ...]:
     zerobus = grpc.method_handlers_generic_handler(
         ZEROBUS_SERVICE,
         {

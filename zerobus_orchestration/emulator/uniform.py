@@ -32,6 +32,9 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
 )
 from pyiceberg.io.pyarrow import (
+    MetricModeTypes,
+    MetricsMode,
+    StatisticsCollector,
     compute_statistics_plan,
     data_file_statistics_from_parquet_metadata,
     parquet_path_to_id_mapping,
@@ -112,10 +115,13 @@ def build_data_file(table: IcebergTable, file_path: str) -> DataFile:
     input_file = table.io.new_input(file_path)
     with input_file.open() as stream:
         parquet_metadata = pq.read_metadata(stream)
+    mapping = _aliased_column_mapping(parquet_path_to_id_mapping(schema))
     statistics = data_file_statistics_from_parquet_metadata(
         parquet_metadata=parquet_metadata,
-        stats_columns=compute_statistics_plan(schema, metadata.properties),
-        parquet_column_mapping=_aliased_column_mapping(parquet_path_to_id_mapping(schema)),
+        stats_columns=_counts_only_for_int64_decimals(
+            compute_statistics_plan(schema, metadata.properties), parquet_metadata, mapping
+        ),
+        parquet_column_mapping=mapping,
     )
     return DataFile.from_args(
         content=DataFileContent.DATA,
@@ -129,6 +135,41 @@ def build_data_file(table: IcebergTable, file_path: str) -> DataFile:
         key_metadata=None,
         **statistics.to_serialized_dict(),
     )
+
+
+_COUNTS: Final = MetricsMode(MetricModeTypes.COUNTS)
+_INT32_DECIMAL_DIGITS: Final = 9  # Iceberg's Parquet mapping: DECIMAL(p <= 9) as INT32
+
+
+def _counts_only_for_int64_decimals(
+    plan: dict[int, StatisticsCollector], parquet_metadata: pq.FileMetaData, mapping: Mapping[str, int]
+) -> dict[int, StatisticsCollector]:
+    """The statistics plan, with no bounds for a DECIMAL(1, s) column delta-rs wrote as INT64.
+
+    The Iceberg spec stores precisions up to 9 as INT32, and pyiceberg refuses other physical types
+    when it reads bounds; arrow-rs writes precision 1 (only) as INT64 (observed with deltalake 1.6).
+    The values read fine either way, so such a column keeps its counts and loses only its bounds
+    (readers then scan its files instead of skipping them).
+    """
+    int64_columns = {
+        mapping[column.path]
+        for column in (parquet_metadata.schema.column(i) for i in range(parquet_metadata.num_columns))
+        if column.physical_type == "INT64"
+        and column.logical_type.type == "DECIMAL"
+        and column.precision <= _INT32_DECIMAL_DIGITS
+        and column.path in mapping
+    }
+    narrowed = dict(plan)
+    for field_id in int64_columns & plan.keys():
+        collector = plan[field_id]
+        if collector.mode.type in (MetricModeTypes.TRUNCATE, MetricModeTypes.FULL):
+            narrowed[field_id] = StatisticsCollector(
+                field_id=collector.field_id,
+                iceberg_type=collector.iceberg_type,
+                mode=_COUNTS,
+                column_name=collector.column_name,
+            )
+    return narrowed
 
 
 def snapshot_delta_version(table: IcebergTable) -> int:

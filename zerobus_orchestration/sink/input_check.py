@@ -206,7 +206,9 @@ class InputCheck:
             return
         token = _checking.set(not record)
         try:
-            guard.conform_batch(self.table, batch, target, metrics=self.metrics if record else _scratch())
+            guard.conform_batch(
+                self.table, batch, target, metrics=self.metrics if record else _scratch(), check_only=True
+            )
         finally:
             _checking.reset(token)
 

@@ -113,7 +113,7 @@ def test_do_put_ready_signal_then_cumulative_record_acks(emulator: Emulator) -> 
         (SCHEMA.append(pa.field("x", pa.string())), "FIELD_NOT_IN_TABLE"),
         (pa.schema([pa.field("id", pa.string())]), "TYPE_INCOMPATIBLE"),
         (
-            pa.schema([pa.field("name", pa.string()), pa.field("y", pa.int8())]),
+            pa.schema([pa.field("name", pa.large_string()), pa.field("y", pa.int8())]),
             "FIELD_NOT_IN_TABLE,MISSING_REQUIRED_COLUMN",
         ),
     ],

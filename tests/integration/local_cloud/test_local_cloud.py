@@ -70,7 +70,8 @@ def test_sql_ddl_makes_and_changes_the_delta_table_zerobus_writes(tmp_path: Path
         delta = DeltaTable(uri)
         assert [f.name for f in delta.schema().fields] == ["id", "name"]
 
-        schema = pa.schema([pa.field("id", pa.int64(), False), pa.field("name", pa.string())])
+        # The wire schema of (id BIGINT NOT NULL, name STRING): docs/architecture.md#the-wire-contract.
+        schema = pa.schema([pa.field("id", pa.int64(), False), pa.field("name", pa.large_string())])
         stream = open_arrow(emu, TABLE, schema)
         stream.wait_for_offset(
             stream.ingest_batch(pa.record_batch({"id": [1, 2, 3], "name": ["a", "b", "c"]}, schema=schema))

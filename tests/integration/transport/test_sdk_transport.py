@@ -39,14 +39,17 @@ from zerobus_orchestration.transport.sdk import SdkTransport, bypass_proxy_for_l
 
 pytestmark = pytest.mark.integration
 
+# In the Arrow types the wire carries (docs/architecture.md#the-wire-contract); the table created
+# from it has STRING ``name``.
 SCHEMA = pa.schema(
     [
         pa.field("id", pa.int64(), nullable=False),
-        pa.field("name", pa.string()),
+        pa.field("name", pa.large_string()),
         pa.field("score", pa.float64()),
     ]
 )
 FAST = FAULT_TEST_SDK_OPTIONS
+NAME_A = pa.array(["a"], pa.large_string())
 
 
 def rows(start: int, count: int = 3) -> pa.RecordBatch:
@@ -315,7 +318,7 @@ def test_rejected_bearer_token_is_fatal(
             pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("extra", pa.string())]),
             {"FIELD_NOT_IN_TABLE"},
         ),
-        (pa.schema([pa.field("name", pa.string())]), {"MISSING_REQUIRED_COLUMN"}),
+        (pa.schema([pa.field("name", pa.large_string())]), {"MISSING_REQUIRED_COLUMN"}),
         (
             pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.int32())]),
             {"TYPE_INCOMPATIBLE"},
@@ -390,21 +393,21 @@ def test_metadata_only_differences_are_relabelled(
 @pytest.mark.parametrize(
     ("batch", "cause", "named"),
     [
-        (pa.record_batch({"id": [1], "name": ["a"]}), "MISSING_REQUIRED_COLUMN", "score"),
+        (pa.record_batch({"id": [1], "name": NAME_A}), "MISSING_REQUIRED_COLUMN", "score"),
         (
-            pa.record_batch({"id": [1], "name": ["a"], "score": [1.0], "x": [1]}),
+            pa.record_batch({"id": [1], "name": NAME_A, "score": [1.0], "x": [1]}),
             "FIELD_NOT_IN_TABLE",
             "x",
         ),
         (
-            pa.record_batch({"id": [1], "name": pa.array(["a"], pa.large_string()), "score": [1.0]}),
+            pa.record_batch({"id": [1], "name": pa.array(["a"], pa.string()), "score": [1.0]}),
             "TYPE_INCOMPATIBLE",
             "name",
         ),
-        (pa.record_batch({"score": [1.0], "id": [1], "name": ["a"]}), "FIELD_OUT_OF_ORDER", "score"),
+        (pa.record_batch({"score": [1.0], "id": [1], "name": NAME_A}), "FIELD_OUT_OF_ORDER", "score"),
         (
             pa.record_batch(
-                [pa.array([None], pa.int64()), pa.array(["a"]), pa.array([1.0])],
+                [pa.array([None], pa.int64()), NAME_A, pa.array([1.0])],
                 names=["id", "name", "score"],
             ),
             "NULL_IN_REQUIRED_COLUMN",

@@ -55,7 +55,8 @@ def ensure_table(gate: CatalogGate) -> pa.Schema:
 
 
 def send(gate: CatalogGate, target: pa.Schema, batch: pa.RecordBatch) -> None:
-    """What the sink does: check, then (only then) write."""
+    """What the sink does: check, then (only then) write; the writer stands in for Zerobus, reading the
+    wire types back into the table's (``from_arrays`` casts to ``target``: decimal text exactly)."""
     checked = gate.conform(T, batch, target)
     # Zerobus fills omitted nullable columns with NULL; the stand-in writer does the same.
     full = [
@@ -177,8 +178,12 @@ def test_lossless_cases_are_cast_and_counted(gate: CatalogGate, metrics: SinkMet
     checked = gate.conform(T, b, target)
     assert checked.schema.names == ["id", "small", "label", "ntz", "tz", "ratio", "price"]  # target order
     assert checked.schema.field("small").type == pa.int16()
-    assert checked.schema.field("label").type == pa.string()
+    # Cast to the declared types, then sent in their wire types (wire_schema): STRING and DECIMAL as
+    # large_utf8, the decimal as its exact text at the declared scale.
+    assert checked.schema.field("label").type == pa.large_string()
+    assert checked.schema.field("price").type == pa.large_string()
     assert checked.column(checked.schema.get_field_index("small")).to_pylist() == [200, 255]
+    assert checked.column(checked.schema.get_field_index("price")).to_pylist() == ["1.25", None]
     assert rows(gate) == 2
     for kind in (
         "cast_unsigned",
@@ -272,7 +277,9 @@ def test_nested_lossless_reencoding_is_cast() -> None:
         [{"a": 7, "l": ["x"]}], pa.struct([("a", pa.uint8()), ("l", pa.large_list(pa.large_string()))])
     )
     out = conform_batch(T, pa.RecordBatch.from_pydict({"s": incoming}), target)
-    assert out.schema == target and out.column(0).to_pylist() == [{"a": 7, "l": ["x"]}]
+    wire = pa.struct([("a", pa.int16()), ("l", pa.list_(pa.field("item", pa.large_string())))])
+    assert str(out.schema) == str(pa.schema([pa.field("s", wire)]))  # str: list item names count
+    assert out.column(0).to_pylist() == [{"a": 7, "l": ["x"]}]
 
 
 def test_to_json_renders_an_empty_map_as_an_object_like_any_other_map() -> None:

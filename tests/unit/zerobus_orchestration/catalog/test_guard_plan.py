@@ -25,6 +25,7 @@ from zerobus_orchestration.catalog.guard import (
 from zerobus_orchestration.catalog.local import LocalCatalog
 from zerobus_orchestration.errors import WriteBoundaryError
 from zerobus_orchestration.reserved import EMIT_TS, OFFSET, RESERVED_FIELDS, RESERVED_NAMES, SOURCE
+from zerobus_orchestration.sink.stamping import STAMPED_FIELDS
 
 T = "main.raw.plan_events"
 TS = pa.timestamp("us", tz="UTC")
@@ -40,10 +41,10 @@ def stamped(ts: list[int | None], ids: list[int | None], *, emit: int = NOW_US) 
             pa.array(ids, pa.int64()),
             pa.array(ts, TS),
             pa.array([emit] * n, TS),
-            pa.array(["src"] * n, pa.string()),
+            pa.array(["src"] * n, pa.large_string()),
             pa.array(range(n), pa.int64()),
         ],
-        schema=pa.schema([pa.field("id", pa.int64()), pa.field("ts", TS), *RESERVED_FIELDS]),
+        schema=pa.schema([pa.field("id", pa.int64()), pa.field("ts", TS), *STAMPED_FIELDS]),
     )
 
 
@@ -52,8 +53,18 @@ STAMPED = frozenset(RESERVED_NAMES)
 
 
 def test_a_batch_needing_no_cast_comes_back_as_is() -> None:
+    # As the sink stamps it: the caller's columns in their declared types, which are their wire types
+    # here, and the reserved ones in theirs (the source tag as large_utf8).
     batch = stamped([NOW_US, NOW_US], [1, 2])
     assert conform_batch(T, batch, TARGET.set(0, pa.field("id", pa.int64()))) is batch
+
+
+def test_a_string_in_its_declared_type_goes_out_as_large_utf8_over_the_same_data_buffer() -> None:
+    batch = stamped([NOW_US], [1])
+    declared_source = batch.set_column(3, RESERVED_FIELDS[1], pa.array(["src"], pa.string()))
+    out = conform_batch(T, declared_source, TARGET.set(0, pa.field("id", pa.int64())))
+    assert out.schema.field(SOURCE).type == pa.large_string() and out.column(SOURCE).to_pylist() == ["src"]
+    assert out.column(SOURCE).buffers()[2].address == declared_source.column(SOURCE).buffers()[2].address
 
 
 @pytest.mark.parametrize("trusted", [frozenset(), STAMPED])

@@ -1,4 +1,5 @@
-"""A NULL ``ARRAY<STRUCT>`` read back through pyiceberg stays NULL (pyiceberg alone returns ``[]``)."""
+"""A NULL ``ARRAY<STRUCT>`` or ``MAP<K, STRUCT>`` read back through pyiceberg stays NULL (pyiceberg alone
+returns an empty one)."""
 
 from pathlib import Path
 
@@ -15,13 +16,19 @@ SCHEMA = pa.schema(
         pa.field("id", pa.int64()),
         pa.field("visits", pa.list_(pa.struct([("day", pa.date32()), ("pages", pa.int32())]))),
         pa.field("tags", pa.list_(pa.string())),
+        pa.field("by_page", pa.map_(pa.string(), pa.struct([("hits", pa.int64())]))),
     ]
 )
 ROWS = [
-    {"id": 1, "visits": [{"day": None, "pages": 3}], "tags": ["a"]},
-    {"id": 2, "visits": None, "tags": None},
-    {"id": 3, "visits": [], "tags": []},
-    {"id": 4, "visits": [{"day": None, "pages": 5}, {"day": None, "pages": 6}], "tags": None},
+    {"id": 1, "visits": [{"day": None, "pages": 3}], "tags": ["a"], "by_page": [("a", {"hits": 1})]},
+    {"id": 2, "visits": None, "tags": None, "by_page": None},
+    {"id": 3, "visits": [], "tags": [], "by_page": []},
+    {
+        "id": 4,
+        "visits": [{"day": None, "pages": 5}, {"day": None, "pages": 6}],
+        "tags": None,
+        "by_page": [("b", None)],
+    },
 ]
 
 
@@ -41,10 +48,12 @@ def test_pyiceberg_alone_still_reads_a_null_array_of_structs_as_empty(
 ) -> None:
     # The upstream defect the wrapper exists for. When this fails, pyiceberg keeps the NULL itself:
     # delete iceberg_nulls.py and this file.
-    unwrapped = getattr(ArrowProjectionVisitor.list, "__wrapped__", ArrowProjectionVisitor.list)
-    monkeypatch.setattr(ArrowProjectionVisitor, "list", unwrapped)
+    for name in ("list", "map"):
+        visit = getattr(ArrowProjectionVisitor, name)
+        monkeypatch.setattr(ArrowProjectionVisitor, name, getattr(visit, "__wrapped__", visit))
     table = _table_of_a_file_written_like_delta_writes_it(tmp_path)
-    assert table.scan().to_arrow().column("visits").to_pylist()[1] == []  # type: ignore[attr-defined]
+    read = table.scan().to_arrow()  # type: ignore[attr-defined]
+    assert read.column("visits").to_pylist()[1] == [] and read.column("by_page").to_pylist()[1] == []
 
 
 def test_read_back_keeps_null_and_empty_arrays_apart(tmp_path: Path) -> None:
@@ -56,3 +65,4 @@ def test_read_back_keeps_null_and_empty_arrays_apart(tmp_path: Path) -> None:
     assert filtered.to_pylist() == ROWS[1:]
     iceberg_nulls.keep_list_nulls()  # a second install does not wrap twice
     assert not hasattr(ArrowProjectionVisitor.list.__wrapped__, "__wrapped__")  # type: ignore[attr-defined]
+    assert not hasattr(ArrowProjectionVisitor.map.__wrapped__, "__wrapped__")  # type: ignore[attr-defined]

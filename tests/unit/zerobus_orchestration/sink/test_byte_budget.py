@@ -172,16 +172,16 @@ def test_an_oversized_batch_is_sliced_with_its_positions_coverage_and_digests(
     config = PoolConfig(min_streams=1, max_batch_bytes=2_048)  # one stream: lands in submit order
     pool = StreamPool(transport, TABLE, config, recorder=store, metrics=metrics)
     sink = ZerobusSink(pool, source="big", start_offset=100)
-    # 8,000 payload bytes, 31,000 as sent: each row also carries 8 + 8 bytes of stamps and the tag
-    # "big" with its 4-byte offset (one more offset per piece). So that each piece *as sent* is at most
-    # 2,048 bytes: 65 rows.
+    # 8,000 payload bytes, 35,000 as sent: each row also carries 8 + 8 bytes of stamps and the tag
+    # "big" with its 8-byte offset (large_utf8 on the wire; one more offset per piece). So that each
+    # piece *as sent* is at most 2,048 bytes: 58 rows.
     big = rows(0, ROWS)
     receipts = sink.send(big)
     sink.flush(timeout=30)
     spans = [r.span for r in receipts]
-    assert spans == [OffsetRange(100 + s, 100 + min(s + 65, ROWS)) for s in range(0, ROWS, 65)]
+    assert spans == [OffsetRange(100 + s, 100 + min(s + 58, ROWS)) for s in range(0, ROWS, 58)]
     landed = transport.durable_batches(TABLE)
-    assert [b.num_rows for b in landed] == [65] * 15 + [25]
+    assert [b.num_rows for b in landed] == [58] * 17 + [14]
     assert max(b.nbytes for b in landed) <= 2_048
     assert positions_landed(transport) == list(range(100, 100 + ROWS))
     table = transport.durable_table(TABLE).sort_by("_twg_offset")

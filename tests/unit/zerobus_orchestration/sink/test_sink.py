@@ -313,21 +313,18 @@ def test_context_exit_on_error_still_drains_and_keeps_the_error(metrics: SinkMet
     pool.close()
 
 
-def test_large_batches_are_stamped_with_exact_positions_and_source(
-    metrics: SinkMetrics, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The buffer-built reserved columns (numpy positions, two-buffer source tag) equal the obvious ones,
-    and the ``pa.repeat`` fallback (source data past int32 offsets) gives the same column."""
+def test_large_batches_are_stamped_with_exact_positions_and_source(metrics: SinkMetrics) -> None:
+    """The buffer-built reserved columns (numpy positions, two-buffer source tag) equal the obvious ones;
+    the tag is built as large_utf8 (its wire type: int64 offsets, so no int32 limit to fall back from)."""
     transport = MemoryTransport()
     pool = make_pool(transport, metrics)
     sink = ZerobusSink(pool, source="asset/ünïcode", start_offset=2**40)
     sink.push(rows(0, 50_000))
-    monkeypatch.setattr("zerobus_orchestration.sink.stamping._MAX_STRING_DATA", 16)
     sink.push(rows(50_000, 3))
     sink.flush()
     landed = transport.durable_table(TABLE).sort_by(OFFSET)
     assert landed.column(OFFSET).to_pylist() == list(range(2**40, 2**40 + 50_003))
-    assert landed.column(SOURCE).type == pa.string()
+    assert landed.column(SOURCE).type == pa.large_string()
     assert landed.column(SOURCE).to_pylist() == ["asset/ünïcode"] * 50_003
     assert landed.column("v").to_pylist() == list(range(50_003))
     pool.close()
