@@ -11,7 +11,9 @@ this process (``time.process_time``: every thread, the SDK's native ones include
   client; the rate without that is reported too.
 * ``bare`` vs ``sink``, like for like: the bare loop sends exactly the batches the sink sends, the
   payload stamped with the reserved columns (``_twg_emit_ts``, ``_twg_source``, ``_twg_offset``) by the
-  sink's own ``Stamper`` before the clock starts; the sink (``ZerobusSink`` over ``StreamPool`` over
+  sink's own ``Stamper`` and put in the wire schema by the sink's own catalog gate (the Arrow types the
+  Zerobus server compares with, docs/architecture.md#the-wire-contract: strings as ``large_utf8``,
+  decimals as text) before the clock starts; the sink (``ZerobusSink`` over ``StreamPool`` over
   ``SdkTransport``: catalog gate, stamping, ack lane, SQLite coverage) gets the unstamped payload and
   stamps it itself, so its stamping cost counts against it. Both run ``--repetitions`` times in
   interleaved order (bare, sink, bare, sink, ...) into the same table; ratios are taken per pair and
@@ -19,11 +21,17 @@ this process (``time.process_time``: every thread, the SDK's native ones include
 
 Bytes counted (MB = 10^6 bytes, GB = 10^9; every ``mb_per_s`` and ``cpu_s_per_gb`` uses its phase's):
 
-* ``arrow``: the payload's Arrow bytes (``RecordBatch.nbytes``), no reserved columns;
+* ``arrow``: the payload's Arrow bytes (``RecordBatch.nbytes``) as the caller holds them, no reserved
+  columns (the phase sends them in their wire types, converted before the clock starts);
 * ``json``: the JSON text sent (UTF-8 characters of the records);
-* ``bare`` and ``sink``: the *stamped* Arrow bytes, payload plus the three ``_twg_*`` columns
-  (``stamped_bytes`` per run), so their MB/s are not comparable with ``arrow_mb_per_s``; the payload of
-  the same rows is ``payload_bytes`` (payload MB/s = stamped MB/s x payload_bytes / stamped_bytes).
+* ``bare`` and ``sink``: the *stamped* Arrow bytes as sent, payload plus the three ``_twg_*`` columns in
+  their wire types (``stamped_bytes`` per run), so their MB/s are not comparable with
+  ``arrow_mb_per_s``; the payload of the same rows is ``payload_bytes`` (payload MB/s = stamped MB/s x
+  payload_bytes / stamped_bytes).
+
+``--schema``: ``events`` (the default: an id, a short string, a double, a boolean, a timestamp) or
+``decimals`` (an id, four DECIMAL columns of 9 to 38 digits and a short string: the sink turns each
+decimal into its text, the costliest conversion of the wire schema; no JSON path).
 
 Client and emulator share the machine's cores, so the figures compare paths with one another; they are
 not Zerobus service figures. Acknowledgements are durable (fsync'd WAL); Delta materialisation is off
@@ -31,6 +39,7 @@ while timing, and the emulator commits everything on SIGTERM, after which the ro
 
     python benchmarks/emulator_throughput.py                  # table
     python benchmarks/emulator_throughput.py --json --rows 2000000
+    python benchmarks/emulator_throughput.py --schema decimals --no-json
     python benchmarks/emulator_throughput.py --smoke --json   # tiny run (CI): checks it works, not figures
     python benchmarks/emulator_throughput.py --profile-sink   # cProfile of the sink phases
 """
@@ -59,6 +68,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
@@ -75,6 +85,8 @@ from zerobus_orchestration.sink import StreamPool, ZerobusSink
 from zerobus_orchestration.sink.stamping import Stamper
 from zerobus_orchestration.tables import table_uri
 from zerobus_orchestration.transport.sdk import SdkTransport, arrow_stream_options, bypass_proxy_for_loopback
+from zerobus_orchestration.wire_schema import wire_type_of_arrow
+from zerobus_orchestration.wire_values import to_wire
 
 ARROW_TABLE = "main.bench.arrow_path"
 JSON_TABLE = "main.bench.json_path"
@@ -95,6 +107,17 @@ PAYLOAD = pa.schema(
         pa.field("at", pa.timestamp("us", tz="UTC")),
     ]
 )
+DECIMALS = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("amount", pa.decimal128(18, 2)),
+        pa.field("price", pa.decimal128(38, 18)),
+        pa.field("rate", pa.decimal128(9, 6)),
+        pa.field("quantity", pa.decimal128(12, 0)),
+        pa.field("currency", pa.string()),
+    ]
+)
+SCHEMAS = {"events": PAYLOAD, "decimals": DECIMALS}
 
 
 @dataclass(frozen=True)
@@ -153,6 +176,7 @@ class Result:
     cpus: int
     repetitions: int
     emulator: str  # where the emulator ran: "own process"
+    schema: str  # the payload: "events" or "decimals" (``--schema``)
     stamped_bytes: int  # Arrow bytes the bare loop and the sink each send per repetition (payload + _twg_*)
     payload_bytes: int  # the payload's own Arrow bytes per repetition (what the caller gave the sink)
     arrow_rows_per_s: float
@@ -175,8 +199,11 @@ class Result:
 # -- data -------------------------------------------------------------------------------------------
 
 
-def generate(rows: int, batch_rows: int) -> list[pa.RecordBatch]:
+def generate(rows: int, batch_rows: int, schema: str = "events") -> list[pa.RecordBatch]:
     ids = pa.array(range(rows), pa.int64())
+    if schema == "decimals":
+        decimal_batches: list[pa.RecordBatch] = decimal_table(ids).to_batches(max_chunksize=batch_rows)
+        return decimal_batches
     micros = pc.add(pc.multiply(ids, 1_000), int(EPOCH.timestamp() * 1_000_000))
     table = pa.table(
         [
@@ -190,6 +217,36 @@ def generate(rows: int, batch_rows: int) -> list[pa.RecordBatch]:
     )
     batches: list[pa.RecordBatch] = table.to_batches(max_chunksize=batch_rows)
     return batches
+
+
+def decimal_table(ids: pa.Array) -> pa.Table:
+    """The ``decimals`` payload, built from buffers: each decimal's unscaled value a mix of the id."""
+    n = len(ids)
+    base = ids.to_numpy().astype(np.int64)
+
+    def decimals(kind: pa.DataType, unscaled: np.ndarray[Any, Any]) -> pa.Array:
+        # Two's complement 128-bit little endian: the int64 and its sign extension.
+        words = np.stack([unscaled, unscaled >> 63], axis=1).astype(np.int64)
+        return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(words.tobytes())])
+
+    mixed = (base * 2_654_435_761) % 10**15
+    sign = np.where(base % 3 == 0, -1, 1)
+    columns = [
+        ids,
+        decimals(DECIMALS.field("amount").type, sign * mixed),
+        decimals(DECIMALS.field("price").type, mixed * 1_000 + base % 997),
+        decimals(DECIMALS.field("rate").type, (base * 7919) % 10**9),
+        decimals(DECIMALS.field("quantity").type, sign * (base % 10**12)),
+        pc.binary_join_element_wise("cur-", pc.cast(pc.bit_wise_and(ids, 15), pa.string()), ""),
+    ]
+    return pa.table(columns, schema=DECIMALS)
+
+
+def wire_form(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A payload batch (its columns in their declared types) in the wire types, as the Arrow path sends it."""
+    fields = [f.with_type(wire_type_of_arrow(f.type)) for f in batch.schema]
+    columns = [to_wire(c, f.type) for c, f in zip(batch.columns, fields, strict=True)]
+    return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
 
 
 def stamped(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
@@ -315,6 +372,7 @@ class Settings:
     with_json: bool = True
     coverage: bool = True  # the sink records coverage in SQLite, as the runtime does
     profiler: SinkProfiler | None = None
+    schema: str = "events"
 
 
 def sink_run(
@@ -381,16 +439,25 @@ class SinkProfiler:
 # -- driver -----------------------------------------------------------------------------------------
 
 
-def create_payload_table(warehouse: str, table: str) -> None:
+def create_payload_table(warehouse: str, table: str, schema: pa.Schema) -> None:
     uri = table_uri(warehouse, table)
     os.makedirs(uri, exist_ok=True)
-    DeltaTable.create(uri, schema=PAYLOAD)
+    DeltaTable.create(uri, schema=schema)
 
 
-def prepare_sink_table(warehouse: str) -> None:
+def prepare_sink_table(warehouse: str, schema: pa.Schema) -> None:
     """The catalog creates the sink's table (reserved columns included) before the clock starts."""
     gate = CatalogGate(LocalCatalog(warehouse))
-    gate.ensure(SINK_TABLE, pa.schema([*PAYLOAD, *RESERVED_FIELDS]))
+    gate.ensure(SINK_TABLE, pa.schema([*schema, *RESERVED_FIELDS]))
+
+
+def as_the_sink_sends(warehouse: str, batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """The sink's own batches, for the bare loop: its stamper, then its catalog gate's guard, which puts
+    them in the wire schema (``catalog/guard.py``)."""
+    gate = CatalogGate(LocalCatalog(warehouse))
+    stamped_batches = stamped(batches)
+    target = gate.ensure(SINK_TABLE, stamped_batches[0].schema)
+    return [gate.conform(SINK_TABLE, b, target) for b in stamped_batches]
 
 
 def delta_count(warehouse: str, table: str) -> int:
@@ -415,15 +482,16 @@ def measure(
     settings: Settings, warehouse: str, emu: Endpoint, batches: list[pa.RecordBatch]
 ) -> tuple[Phase, tuple[Phase, Phase, float] | None, list[Phase], list[Phase]]:
     rows = settings.rows
-    sent = stamped(batches)
+    sent = as_the_sink_sends(warehouse, batches)
     stamped_bytes = sum(b.nbytes for b in sent)
+    payload = [wire_form(b) for b in batches]
     # Untimed: the SDK's first stream pays for its runtime, token cache and connection set-up.
-    arrow_loop(emu, WARMUP_TABLE, batches[:1])
+    arrow_loop(emu, WARMUP_TABLE, payload[:1])
     if settings.with_json:
         json_loop(emu, WARMUP_TABLE, list(json_calls(to_json_records(batches[0].slice(0, 100)))))
     arrow_bytes = sum(b.nbytes for b in batches)
     arrow = timed(
-        "arrow (SDK Arrow stream)", rows, arrow_bytes, lambda: arrow_loop(emu, ARROW_TABLE, batches)
+        "arrow (SDK Arrow stream)", rows, arrow_bytes, lambda: arrow_loop(emu, ARROW_TABLE, payload)
     )
     json_phases = json_path(emu, batches) if settings.with_json else None
     bares: list[Phase] = []
@@ -443,10 +511,11 @@ def measure(
 
 def run(settings: Settings, warehouse: str, log: IO[bytes]) -> tuple[Result, list[Phase]]:
     rows, batch_rows = settings.rows, settings.batch_rows
-    batches = generate(rows, batch_rows)
+    batches = generate(rows, batch_rows, settings.schema)
+    declared = SCHEMAS[settings.schema]
     for table in (ARROW_TABLE, JSON_TABLE, WARMUP_TABLE):
-        create_payload_table(warehouse, table)
-    prepare_sink_table(warehouse)
+        create_payload_table(warehouse, table, declared)
+    prepare_sink_table(warehouse, declared)
 
     with emulator_process(warehouse, log) as emu:
         bypass_proxy_for_loopback(emu.endpoint)
@@ -470,6 +539,7 @@ def run(settings: Settings, warehouse: str, log: IO[bytes]) -> tuple[Result, lis
         cpus=os.cpu_count() or 0,
         repetitions=settings.repetitions,
         emulator="own process",
+        schema=settings.schema,
         stamped_bytes=bares[0].bytes,
         payload_bytes=arrow.bytes,
         arrow_rows_per_s=arrow.rows_per_s,
@@ -502,9 +572,9 @@ def bytes_counted(phase: Phase) -> str:
 
 def render(result: Result, phases: list[Phase]) -> str:
     lines = [
-        f"{result.rows:,} rows in batches of {result.batch_rows:,}, {result.cpus} CPU(s), emulator in its "
-        f"own process, bare/sink x{result.repetitions} interleaved, {result.stamped_bytes / MB:.1f} MB "
-        "stamped per bare/sink run",
+        f"{result.rows:,} rows ({result.schema}) in batches of {result.batch_rows:,}, {result.cpus} CPU(s), "
+        f"emulator in its own process, bare/sink x{result.repetitions} interleaved, "
+        f"{result.stamped_bytes / MB:.1f} MB stamped per bare/sink run (as sent, in the wire schema)",
         "",
         f"{'phase':<30}{'seconds':>9}{'rows/s':>14}{'MB/s':>9}{'client CPU s/GB':>17}  bytes counted",
     ]
@@ -546,6 +616,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warehouse", help="warehouse folder (default: a temporary one, removed after)")
     parser.add_argument("--no-json", action="store_true", help="skip the (slow) JSON record path")
     parser.add_argument(
+        "--schema",
+        choices=sorted(SCHEMAS),
+        default="events",
+        help="the payload: events (default) or decimals (four DECIMAL columns; no JSON path)",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help=f"tiny run that checks the benchmark works, not its figures ({SMOKE})",
@@ -566,6 +642,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.rows < 1 or args.batch_rows < 1 or args.repetitions < 1:
         parser.error("--rows, --batch-rows and --repetitions must be >= 1")
+    if args.schema != "events" and not args.no_json:
+        parser.error(f"--schema {args.schema} has no JSON path: add --no-json")
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("RUST_LOG", "error")  # the SDK's per-stream INFO lines would drown the table
 
@@ -577,6 +655,7 @@ def main(argv: list[str] | None = None) -> int:
         not args.no_json,
         not args.no_coverage,
         profiler,
+        args.schema,
     )
     with tempfile.TemporaryDirectory(prefix="zerobus-bench-") as scratch:
         log_path = Path(scratch) / "emulator.log"

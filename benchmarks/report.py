@@ -52,6 +52,15 @@ SCALING_DEFAULT_MB = 256.0  # scaling.py's --mb default (payload MB per table)
 SMALL: dict[str, list[str]] = {
     "pipelining": ["--warmup", "0.5", "--window", "2"],
     "emulator_throughput": ["--rows", "500000", "--repetitions", "3", "--no-json"],
+    "emulator_throughput_decimals": [
+        "--rows",
+        "500000",
+        "--repetitions",
+        "3",
+        "--no-json",
+        "--schema",
+        "decimals",
+    ],
     "scaling": ["--mb", "64"],
     "memory_100": ["--gb", "1", "--batch-mb", "100"],
     "memory_10": ["--gb", "1", "--batch-mb", "10"],
@@ -64,6 +73,7 @@ SMALL: dict[str, list[str]] = {
 FULL: dict[str, list[str]] = {
     "pipelining": [],
     "emulator_throughput": [],
+    "emulator_throughput_decimals": ["--no-json", "--schema", "decimals"],
     "scaling": ["--mb", "256", "--repetitions", "3"],
     "memory_100": ["--gb", "5", "--batch-mb", "100"],
     "memory_10": ["--gb", "5", "--batch-mb", "10"],
@@ -88,6 +98,7 @@ REPORT_COMMAND = {
 SCRIPT = {
     "pipelining": "pipelining.py",
     "emulator_throughput": "emulator_throughput.py",
+    "emulator_throughput_decimals": "emulator_throughput.py",
     "scaling": "scaling.py",
     "memory_100": "memory.py",
     "memory_10": "memory.py",
@@ -359,10 +370,16 @@ def scaling_section(data: dict[str, Any], where: str) -> list[str]:
     return lines
 
 
-def throughput_section(data: dict[str, Any], where: str) -> list[str]:
+def throughput_section(
+    data: dict[str, Any],
+    where: str,
+    heading: str = "## The sink's own cost: sink vs a bare SDK loop, like for like",
+    figure_name: str = "sink_vs_bare.svg",
+    intro: str = "",
+) -> list[str]:
     bare, sink = data["bare"], data["sink"]
     figure = write_figure(
-        "sink_vs_bare.svg",
+        figure_name,
         bar_chart(
             "Sink vs bare SDK loop, same stamped bytes (median of interleaved pairs)",
             f"{SDK}; {where}",
@@ -375,8 +392,9 @@ def throughput_section(data: dict[str, Any], where: str) -> list[str]:
     # Runs from before ``payload_bytes`` was recorded have no payload figures (rendered "n/a").
     share = data["payload_bytes"] / data["stamped_bytes"] if data.get("payload_bytes") else None
     return [
-        "## The sink's own cost: sink vs a bare SDK loop, like for like",
+        heading,
         "",
+        *([intro, ""] if intro else []),
         f"Transport: **{SDK}**. {data['rows']:,} rows in batches of {data['batch_rows']:,}, "
         f"{data['repetitions']} interleaved bare/sink pairs, {data['stamped_bytes'] / MB:.1f} MB stamped "
         "per run (the bare loop sends the sink's own stamped batches), of which "
@@ -942,6 +960,21 @@ def render() -> str:
     throughput = data.get("emulator_throughput")
     if throughput:
         lines += throughput_section(throughput, where)
+    decimals = data.get("emulator_throughput_decimals")
+    if decimals:
+        lines += throughput_section(
+            decimals,
+            where,
+            heading="## A decimal-heavy payload: the sink's cost when every DECIMAL goes as text",
+            figure_name="sink_vs_bare_decimals.svg",
+            intro=(
+                "The same comparison with `--schema decimals`: an id, four DECIMAL columns (18, 38, 9 and 12 "
+                "digits) and a short string. The wire schema carries a DECIMAL as its text "
+                "([architecture: the wire contract](architecture.md#the-wire-contract)), so the sink "
+                "converts every decimal value, the costliest step of the wire conversion; the bare loop "
+                "sends the sink's own converted batches, made before its clock starts."
+            ),
+        )
     memory = [m for m in (data.get("memory_100"), data.get("memory_10")) if m]
     if memory:
         lines += memory_section(memory, where)

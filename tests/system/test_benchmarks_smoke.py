@@ -58,6 +58,7 @@ EMULATOR_THROUGHPUT = {
     "cpus": int,
     "repetitions": int,
     "emulator": str,
+    "schema": str,
     "stamped_bytes": int,
     "payload_bytes": int,
     "arrow_rows_per_s": NUMBER,
@@ -97,6 +98,15 @@ def test_emulator_throughput_smoke_prints_its_json_shape() -> None:
     assert_shape(result, EMULATOR_THROUGHPUT, "emulator_throughput")
     assert result["verified"] is True  # every row the bare loops and the sink sent reached Delta
     assert result["repetitions"] >= 2  # medians over interleaved pairs, not one run
+
+
+@pytest.mark.integration
+def test_emulator_throughput_decimal_schema_smoke_lands_every_row() -> None:
+    # The bare loop sends the sink's own batches, decimals as text: a strict emulator takes them only in
+    # the wire schema, so this fails if either side sends native decimal128.
+    result = run_benchmark("emulator_throughput.py", "--smoke", "--json", "--schema", "decimals", "--no-json")
+    assert result["schema"] == "decimals" and result["verified"] is True
+    assert result["json_rows_per_s"] is None
 
 
 def test_pipelining_smoke_prints_its_json_shape() -> None:
