@@ -77,7 +77,6 @@ from zerobus_orchestration.catalog.catalog_gate import CatalogGate
 from zerobus_orchestration.catalog.local import LocalCatalog
 from zerobus_orchestration.config import PoolConfig, SdkStreamOptions
 from zerobus_orchestration.coverage.store import CoverageStore
-from zerobus_orchestration.emulator.private import WELL_KNOWN_SECRET
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.reserved import RESERVED_FIELDS
@@ -309,7 +308,7 @@ def emulator_process(warehouse: str, log: IO[bytes]) -> Iterator[Endpoint]:
             str(info["endpoint"]),
             str(info["workspace_url"]),
             str(info["client_id"]),
-            WELL_KNOWN_SECRET,
+            Path(info["client_secret_file"]).read_text().strip(),  # the warehouse's own secret
             proc.pid,
         )
     finally:

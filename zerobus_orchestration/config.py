@@ -429,7 +429,8 @@ class EmulatorConfig(_Model):
     client_secret: SecretStr = Field(
         SecretStr("zerobus-local-secret"),
         description="Emulator OAuth client secret; left at this default, a per-warehouse secret is "
-        "generated into the state folder (owner-only) and used instead.",
+        "generated into the state folder (owner-only) and used instead, by zerobus-orch serve too (unless "
+        "--insecure-well-known-secret).",
     )
     faults_enabled: bool = Field(
         False, description="Let POST /_emulator/faults arm fault injection (tests only; off: HTTP 403)."

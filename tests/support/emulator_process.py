@@ -1,5 +1,6 @@
 """The emulator as its own process (``python -m zerobus_orchestration.emulator``, what ``zerobus-orch serve``
-runs), for tests that kill it: its stdout's first line is the JSON of its endpoints."""
+runs), for tests that kill it: its stdout's first line is the JSON of its endpoints, to which
+``client_secret`` is added, read from the ``client_secret_file`` it names (the warehouse's own secret)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,9 @@ def emulator_process(
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line, f"emulator did not start: {Path(stderr.name).read_text()}"
-        yield proc, json.loads(line)
+        info = json.loads(line)
+        info["client_secret"] = Path(info["client_secret_file"]).read_text().strip()
+        yield proc, info
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -87,6 +87,7 @@ from zerobus_orchestration.errors import (
     ZerobusOrchestrationError,
 )
 from zerobus_orchestration.locations import is_local
+from zerobus_orchestration.owner_only import private_file
 from zerobus_orchestration.reserved import SOURCE
 from zerobus_orchestration.tables import TableName, check_embedded_storage, table_uri, zerobus_dir
 
@@ -139,7 +140,7 @@ class LocalCatalog:
             registry_path = Path(zerobus_dir(self.warehouse)) / REGISTRY_FILE
         self.registry_path = Path(registry_path)
         self._lock = threading.Lock()
-        self.registry_path.parent.mkdir(parents=True, exist_ok=True)
+        private_file(self.registry_path)  # 0600 before SQLite opens it: its side files take its mode
         with self._db() as db:
             for statement in _SCHEMA_SQL:
                 db.execute(statement)

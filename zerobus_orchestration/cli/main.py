@@ -164,11 +164,21 @@ def serve(
     no_iceberg: Annotated[bool, typer.Option("--no-iceberg", help="Skip the Iceberg mirror/REST.")] = False,
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
+    insecure_well_known_secret: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-well-known-secret",
+            help="Serve with the well-known default client secret instead of the warehouse's own "
+            "(any local user can then get a token and write).",
+        ),
+    ] = False,
 ) -> None:
     """Run the local Zerobus emulator in the foreground; print endpoint, token URL and Iceberg REST URL.
 
     Its workspace URL is also a local cloud (OIDC, Unity Catalog, SQL statements) for the production
-    configuration; see "Rehearse production locally" in docs/guides/emulator.md.
+    configuration; see "Rehearse production locally" in docs/guides/emulator.md. Its client secret is
+    zerobus.emulator.client_secret when the config sets one, else the warehouse's own, generated into
+    <state>/emulator.secret (owner-only), whose path it prints (client_secret_file with --json).
     """
     from zerobus_orchestration.runtime.embedded import build_credentials, require_emulator
 
@@ -191,6 +201,7 @@ def serve(
         state_dir=absolute_state_dir(cfg.state_path),
         credentials=build_credentials(cfg),
         catalogs=cfg.catalog.local_catalogs,
+        insecure_well_known_secret=insecure_well_known_secret,
     )
 
 

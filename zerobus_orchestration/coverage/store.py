@@ -64,6 +64,7 @@ from zerobus_orchestration.coverage.packs import pack_digests, unpack_digests
 from zerobus_orchestration.coverage.sqlite_wal import enable_wal
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.locations import is_local, local_path
+from zerobus_orchestration.owner_only import private_file
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.tables import TableName
 
@@ -203,7 +204,7 @@ class CoverageStore:
         self._closed = False
         self._derived: CoverageStore | None = None  # the derived lane's store, made on first use
         self._is_lane_file = False  # this store is another store's derived lane (it has none itself)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_file(self.path)  # 0600 before SQLite opens it: its -wal and -shm files take its mode
 
     @classmethod
     def from_config(cls, config: ZerobusConfig, table: TableName | str) -> CoverageStore:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from zerobus_orchestration.config import EmulatorConfig
-from zerobus_orchestration.emulator.private import open_private
+from zerobus_orchestration.owner_only import open_private
 from zerobus_orchestration.retry import Backoff, poll_until
 
 # A constant, short poll: the lock holder (a starting daemon) releases within a second or two.

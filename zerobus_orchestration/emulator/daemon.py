@@ -37,9 +37,9 @@ from zerobus_orchestration.emulator.daemon_handoff import daemon_paths
 from zerobus_orchestration.emulator.errors import EmulatorError
 from zerobus_orchestration.emulator.iceberg_rest import TableCredentialSource
 from zerobus_orchestration.emulator.own_process import freeze_startup_heap, yield_table_work
-from zerobus_orchestration.emulator.private import private_dir
 from zerobus_orchestration.emulator.server import Emulator
 from zerobus_orchestration.emulator.start import start_emulator
+from zerobus_orchestration.owner_only import private_dir
 
 log = logging.getLogger(__name__)
 

@@ -47,6 +47,7 @@ from zerobus_orchestration.emulator.uniform import (
     snapshot_delta_version,
 )
 from zerobus_orchestration.locations import is_local
+from zerobus_orchestration.owner_only import private_file
 from zerobus_orchestration.retry import Backoff
 from zerobus_orchestration.tables import TableName, table_uri, zerobus_dir
 
@@ -232,7 +233,7 @@ class IcebergMirror:
             existing = self._catalogs.get(catalog)
             if existing is not None:
                 return existing
-            self._catalog_db.parent.mkdir(parents=True, exist_ok=True)
+            private_file(self._catalog_db)  # 0600 before SQLite opens it: its side files take its mode
             created = SqlCatalog(catalog, uri=f"sqlite:///{self._catalog_db}", **self._io_properties)
             self._catalogs[catalog] = created
             return created

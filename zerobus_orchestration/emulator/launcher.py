@@ -37,7 +37,8 @@ from zerobus_orchestration.emulator.advert import (
 from zerobus_orchestration.emulator.daemon_handoff import PREFER_PORTS_FLAG, config_for_daemon, daemon_paths
 from zerobus_orchestration.emulator.errors import EmulatorDaemonError
 from zerobus_orchestration.emulator.handle import RemoteEmulator
-from zerobus_orchestration.emulator.private import open_private, private_dir, with_warehouse_secret
+from zerobus_orchestration.emulator.private import with_warehouse_secret
+from zerobus_orchestration.owner_only import open_private, private_dir
 from zerobus_orchestration.retry import Backoff, poll_until
 
 log = logging.getLogger(__name__)

@@ -43,6 +43,7 @@ from zerobus_orchestration.emulator.table_health import (
 )
 from zerobus_orchestration.emulator.value_check import check_values
 from zerobus_orchestration.emulator.wal import TableWal, WalEntry
+from zerobus_orchestration.owner_only import open_private, private_dir, write_private
 from zerobus_orchestration.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -268,16 +269,16 @@ def _quarantine_record(wal: TableWal, failure: TableFailure, dest: Path) -> dict
     entry = wal.read_after(failure.seq - 1, 1)[0]
     if entry.seq != failure.seq:
         raise KeyError(f"WAL {wal.directory} holds no record at position {failure.seq}")
-    dest.mkdir(parents=True, exist_ok=True)
+    private_dir(dest)  # acknowledged rows Delta refuses: as private as the WAL they come from
     path = dest / f"{entry.seq:020d}.arrows"  # an Arrow IPC stream: pyarrow.ipc.open_stream reads it
     rows = sum(b.num_rows for b in batches_from_ipc(entry.payload))
     info: dict[str, object] = {"seq": entry.seq, "file": path.name, "rows": rows, "cause": failure.cause}
-    with open(path, "wb") as fh:
+    with os.fdopen(open_private(path, os.O_WRONLY | os.O_TRUNC), "wb") as fh:
         fh.write(entry.payload)
         fh.flush()
         os.fsync(fh.fileno())
     reasons = dest / f"{entry.seq:020d}.json"
-    reasons.write_text(json.dumps({"table": failure.table, **info}, indent=2), encoding="utf-8")
+    write_private(reasons, json.dumps({"table": failure.table, **info}, indent=2).encode())
     wal.excise(entry.seq)
     log.warning(
         "quarantined WAL position %d of %s (%d rows) to %s: %s",

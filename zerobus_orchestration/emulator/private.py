@@ -5,7 +5,8 @@ credential that gets a token must not be the well-known default of ``EmulatorCon
 Unless the config names another secret, the first process to start an emulator for a warehouse
 generates one into ``<state>/emulator.secret`` (0600); later processes of the same warehouse (the
 shared daemon and its clients) read it back, so they agree without the secret ever travelling on argv
-or into a log. The state folder holding it, the WAL and the advertisement is made owner-only (0700).
+or into a log. The state folder holding it, the WAL and the advertisement is made owner-only (0700,
+``owner_only``).
 
 The emulator's token signing key (``signing_key``) is kept the same way, in the WAL folder: tokens stay
 valid across a restart of the emulator until they expire (auth.py).
@@ -23,39 +24,11 @@ from pydantic import SecretStr
 from zerobus_orchestration.config import EmulatorConfig, ZerobusConfig
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.locations import absolute_state_dir
+from zerobus_orchestration.owner_only import PRIVATE_FILE_MODE, open_private, private_dir, private_state
 
 SECRET_FILE = "emulator.secret"
 SIGNING_KEY_FILE = "token-signing.key"
 WELL_KNOWN_SECRET = EmulatorConfig.model_fields["client_secret"].default.get_secret_value()
-PRIVATE_DIR_MODE = 0o700
-PRIVATE_FILE_MODE = 0o600
-
-
-def private_dir(path: Path) -> Path:
-    """``path`` created if needed and made owner-only (it holds the secret, the WAL or the advert)."""
-    path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
-    if path.stat().st_mode & 0o777 != PRIVATE_DIR_MODE:
-        os.chmod(path, PRIVATE_DIR_MODE)
-    return path
-
-
-def private_state(state: Path) -> Path:
-    """The state folder made owner-only, with the files directly in it (SQLite catalogs and coverage,
-    lock, log) tightened to 0600: files created later are still behind the folder's 0700."""
-    private_dir(state)
-    for entry in state.iterdir():
-        with contextlib.suppress(OSError):  # vanished meanwhile, or not ours: the folder still guards it
-            if entry.is_file() and not entry.is_symlink() and entry.stat().st_mode & 0o077:
-                os.chmod(entry, PRIVATE_FILE_MODE)
-    return state
-
-
-def open_private(path: Path, flags: int) -> int:
-    """``os.open`` creating ``path`` owner-only (0600 whatever the umask); an existing file is tightened."""
-    fd = os.open(path, flags | os.O_CREAT, PRIVATE_FILE_MODE)
-    if os.fstat(fd).st_mode & 0o777 != PRIVATE_FILE_MODE:
-        os.fchmod(fd, PRIVATE_FILE_MODE)
-    return fd
 
 
 def warehouse_secret(state: Path) -> SecretStr:

@@ -20,6 +20,7 @@ from zerobus_orchestration.emulator.materializer import TableState, table_exists
 from zerobus_orchestration.emulator.server import lock_wal_root
 from zerobus_orchestration.emulator.table_health import quarantine_dest, quarantine_root, read_marker
 from zerobus_orchestration.emulator.wal import table_of_wal_dir, wal_dir_name
+from zerobus_orchestration.owner_only import private_dir, write_private
 from zerobus_orchestration.tables import TableName, table_uri
 
 
@@ -105,11 +106,11 @@ def _quarantine_segments(
     full_name: str, wal_dir: Path, dest: Path, exc: WalCorruptError
 ) -> list[dict[str, object]]:
     """A log whose sealed segment fails its checksum cannot be read record by record: move it whole."""
-    dest.mkdir(parents=True, exist_ok=True)
+    private_dir(dest)  # acknowledged rows: as private as the WAL they come from
     moved: list[dict[str, object]] = []
     for segment in sorted(wal_dir.glob("*.wal")):
         os.replace(segment, dest / segment.name)
         moved.append({"segment": segment.name, "cause": str(exc)})
     note = {"table": full_name, "cause": f"{type(exc).__name__}: {exc}", "segments": moved}
-    (dest / "segments.json").write_text(json.dumps(note, indent=2), encoding="utf-8")
+    write_private(dest / "segments.json", json.dumps(note, indent=2).encode())
     return moved

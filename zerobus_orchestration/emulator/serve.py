@@ -3,6 +3,12 @@
 Prints one JSON line with the endpoint, token URL and Iceberg REST URL (``--json``) or a short human
 summary, then serves until SIGINT/SIGTERM, committing everything acknowledged before exiting.
 
+Its ports are reachable by every local user, so it never serves with the well-known default client
+secret unless told ``--insecure-well-known-secret``: a secret set in the config
+(``zerobus.emulator.client_secret``) is used as it is, otherwise the warehouse's own, generated on first
+use into ``<state>/emulator.secret`` (0600, the same file the embedded mode and the shared daemon use),
+whose path is printed (``client_secret_file`` with ``--json``) for the clients to read it from.
+
 ``--daemon`` runs the shared emulator of the warehouse instead (see ``daemon.py``): it advertises itself
 in the state folder and also exits after ``--idle-shutdown`` seconds without clients. The runtime starts
 it with ``--config-stdin`` (the whole ``ZerobusConfig`` as JSON on stdin, so secrets stay off argv).
@@ -29,15 +35,41 @@ from zerobus_orchestration.emulator.own_process import (
     keep_freed_memory,
     yield_table_work,
 )
-from zerobus_orchestration.emulator.private import WELL_KNOWN_SECRET
-from zerobus_orchestration.emulator.server import Emulator
+from zerobus_orchestration.emulator.private import SECRET_FILE, WELL_KNOWN_SECRET, warehouse_secret
+from zerobus_orchestration.emulator.server import Emulator, default_wal_dir
 from zerobus_orchestration.emulator.unity.local_cloud import STATE_FILE_NAME
 
 if TYPE_CHECKING:
     from zerobus_orchestration.emulator.iceberg_rest import TableCredentialSource
 
 
-def endpoints(emulator: Emulator) -> dict[str, object]:
+INSECURE_FLAG = "--insecure-well-known-secret"
+log = logging.getLogger(__name__)
+
+
+def served_secret(
+    warehouse: str, config: EmulatorConfig, state_dir: Path | None, *, insecure_well_known: bool
+) -> tuple[EmulatorConfig, Path | None]:
+    """The settings to serve with, and the file their client secret was read from (None: the config's).
+
+    A secret the config names is kept. The well-known default is kept only when ``insecure_well_known``;
+    otherwise the warehouse's own secret replaces it (``private.warehouse_secret``, generated on first
+    use) from ``<state>/emulator.secret``, ``state_dir`` or the emulator's default state folder.
+    """
+    if config.client_secret.get_secret_value() != WELL_KNOWN_SECRET:
+        return config, None
+    if insecure_well_known:
+        log.warning(
+            "serving with the well-known client secret (%s): any local user can get a token and write",
+            INSECURE_FLAG,
+        )
+        return config, None
+    state = state_dir if state_dir is not None else default_wal_dir(warehouse).parent
+    secret = warehouse_secret(state)
+    return config.model_copy(update={"client_secret": secret}), state / SECRET_FILE
+
+
+def endpoints(emulator: Emulator, secret_file: Path | None = None) -> dict[str, object]:
     return {
         "endpoint": emulator.endpoint,
         "token_url": emulator.token_url,
@@ -48,6 +80,8 @@ def endpoints(emulator: Emulator) -> dict[str, object]:
         "sql_warehouse_id": emulator.sql_warehouse_id,
         "replayed": emulator.replayed,
         "pid": os.getpid(),
+        # Where the generated client secret is (None: the config's own); the secret itself is never printed.
+        "client_secret_file": None if secret_file is None else str(secret_file),
     }
 
 
@@ -62,13 +96,15 @@ def run(
     state_dir: Path | None = None,
     credentials: TableCredentialSource | None = None,
     catalogs: Sequence[str] = ("main",),
+    insecure_well_known_secret: bool = False,
 ) -> None:
     """Serve until SIGINT/SIGTERM.
 
     ``storage_options`` open an object-store warehouse; ``state_dir`` holds the WAL, the Iceberg catalog
     and the local Unity Catalog's records (default: the emulator's own defaults); ``credentials`` vends
     per-table READ keys (Iceberg REST and temporary table credentials) instead of the warehouse's own;
-    ``catalogs`` exist in the local Unity Catalog from the start.
+    ``catalogs`` exist in the local Unity Catalog from the start; ``insecure_well_known_secret`` serves
+    with the default client secret instead of the warehouse's own (``served_secret``).
     """
     stop = threading.Event()
 
@@ -77,11 +113,9 @@ def run(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    if config.client_secret.get_secret_value() == WELL_KNOWN_SECRET:
-        logging.getLogger(__name__).warning(
-            "the emulator's client secret is the well-known default: any local user can get a token "
-            "and write; set zerobus.emulator.client_secret in the config"
-        )
+    config, secret_file = served_secret(
+        warehouse, config, state_dir, insecure_well_known=insecure_well_known_secret
+    )
     wal_dir = iceberg_db = unity_state = None
     if state_dir is not None:
         from zerobus_orchestration.emulator.iceberg_mirror import ICEBERG_DB_NAME
@@ -105,7 +139,7 @@ def run(
     freeze_startup_heap()
     yield_table_work()
     try:
-        info = endpoints(emulator)
+        info = endpoints(emulator, secret_file)
         if as_json:
             sys.stdout.write(json.dumps(info) + "\n")
         else:
@@ -116,7 +150,8 @@ def run(
                 f"  Iceberg REST URL  {info['iceberg_rest_uri']}\n"
                 f"  workspace URL     {info['workspace_url']}  (OIDC, Unity Catalog, SQL statements)\n"
                 f"  SQL warehouse id  {info['sql_warehouse_id']}\n"
-                f"  client id         {config.client_id}  (secret from the config; not printed)\n"
+                f"  client id         {config.client_id}\n"
+                f"  client secret     {_secret_line(config, secret_file)}\n"
                 "Ctrl-C to stop.\n"
             )
         sys.stdout.flush()
@@ -124,6 +159,18 @@ def run(
             pass
     finally:
         emulator.stop()
+
+
+def _secret_line(config: EmulatorConfig, secret_file: Path | None) -> str:
+    """Where the clients find the client secret; never the secret itself."""
+    if secret_file is not None:
+        return (
+            f"in {secret_file} (generated for this warehouse, owner-only):\n"
+            f'    export ZEROBUS_CLIENT_ID={config.client_id} ZEROBUS_CLIENT_SECRET="$(cat {secret_file})"'
+        )
+    if config.client_secret.get_secret_value() == WELL_KNOWN_SECRET:
+        return f"the well-known default ({INSECURE_FLAG}): any local user can get a token"
+    return "from the config (zerobus.emulator.client_secret); not printed"
 
 
 CredentialsFor = Callable[[ZerobusConfig], "TableCredentialSource | None"]
@@ -157,13 +204,25 @@ def main(argv: list[str] | None = None, *, credentials_for: CredentialsFor | Non
     parser.add_argument(
         "--enable-faults", action="store_true", help="Let POST /_emulator/faults arm faults (tests only)."
     )
+    parser.add_argument(
+        INSECURE_FLAG,
+        action="store_true",
+        help="Serve with the well-known default client secret instead of the warehouse's own (insecure).",
+    )
     args = parser.parse_args(argv)
     keep_freed_memory()  # this process is the emulator's own (own_process.py)
     if args.daemon:
         sys.exit(_run_daemon(args, credentials_for))
     config = _emulator_config(args)
     faults = load_faults(args.faults) if args.faults else None
-    run(args.warehouse, config, faults, as_json=args.json, iceberg=not args.no_iceberg)
+    run(
+        args.warehouse,
+        config,
+        faults,
+        as_json=args.json,
+        iceberg=not args.no_iceberg,
+        insecure_well_known_secret=args.insecure_well_known_secret,
+    )
 
 
 def _emulator_config(args: argparse.Namespace, **extra: Any) -> EmulatorConfig:

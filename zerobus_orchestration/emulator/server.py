@@ -38,7 +38,7 @@ from zerobus_orchestration.emulator.faults import FaultInjector, FaultSpec
 from zerobus_orchestration.emulator.federation import FederationVerifier
 from zerobus_orchestration.emulator.http_api import ICEBERG_REST_PREFIX, IcebergRest, make_http_server
 from zerobus_orchestration.emulator.materializer import Materializer, MirrorHook, TableState, table_exists
-from zerobus_orchestration.emulator.private import open_private, private_dir, signing_key
+from zerobus_orchestration.emulator.private import signing_key
 from zerobus_orchestration.emulator.quotas import StreamLimiter
 from zerobus_orchestration.emulator.streams import generic_handlers
 from zerobus_orchestration.emulator.table_health import TableFailure, describe, quarantine_dest, write_marker
@@ -53,6 +53,7 @@ from zerobus_orchestration.emulator.wal import table_of_wal_dir, wal_dir_name
 from zerobus_orchestration.emulator.wire_casts import WireCasts
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.locations import is_local, local_path
+from zerobus_orchestration.owner_only import open_private, private_dir
 from zerobus_orchestration.tables import TableName, table_uri, zerobus_dir
 
 if TYPE_CHECKING:  # the facade (and pyiceberg) load only when the mirror starts

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from zerobus_orchestration.emulator.errors import ConformError
 from zerobus_orchestration.emulator.status import RpcFailure
+from zerobus_orchestration.owner_only import private_dir, write_private
 
 MARKER_FILE: Final = "failed.json"
 QUARANTINE_DIR: Final = "quarantine"
@@ -90,9 +91,9 @@ def describe(exc: BaseException) -> str:
 def write_marker(wal_dir: Path, failure: TableFailure) -> None:
     """Record the failure next to the table's WAL (atomically), for ``emulator status`` elsewhere."""
     with contextlib.suppress(OSError):  # the in-memory mark is what refuses streams; this is a report
-        wal_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(wal_dir)
         tmp = wal_dir / f".{MARKER_FILE}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(failure.as_dict(), indent=2), encoding="utf-8")
+        write_private(tmp, json.dumps(failure.as_dict(), indent=2).encode())
         os.replace(tmp, wal_dir / MARKER_FILE)
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import xxhash
 
 from zerobus_orchestration.emulator.errors import WalCorruptError, WalUnusableError
+from zerobus_orchestration.owner_only import open_private, private_dir
 from zerobus_orchestration.tables import table_of_wal_dir as table_of_wal_dir  # the layout is the warehouse's
 from zerobus_orchestration.tables import wal_dir_name as wal_dir_name
 
@@ -181,7 +182,7 @@ class TableWal:
         self._tail_limit = tail_bytes
         self._tail: dict[int, bytes] = {}  # seq -> payload written by this process, not yet released
         self._tail_bytes = 0
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dir(directory)  # acknowledged rows wait here: owner-only
         self._cond = threading.Condition()
         self._syncing = False
         self._segments = self._recover()
@@ -194,7 +195,7 @@ class TableWal:
         if not self._segments:
             self._segments.append(self._new_segment(self._written + 1))
         active = self._segments[-1]
-        self._fd = os.open(active.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = open_private(active.path, os.O_WRONLY | os.O_APPEND)
         self._active_bytes = os.fstat(self._fd).st_size
 
     # -- recovery -------------------------------------------------------------------------------
@@ -224,7 +225,7 @@ class TableWal:
 
     def _new_segment(self, first_seq: int) -> _Segment:
         path = self.directory / f"{first_seq:020d}{_SUFFIX}"
-        path.touch()
+        os.close(open_private(path, os.O_WRONLY))
         _fsync_dir(self.directory)
         return _Segment(first_seq, path)
 
@@ -376,7 +377,7 @@ class TableWal:
                 os.fsync(self._fd)
                 os.close(self._fd)
                 self._segments.append(self._new_segment(self._written + 1))
-                self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                self._fd = open_private(self._segments[-1].path, os.O_WRONLY | os.O_APPEND)
                 self._active_bytes = 0
             elif self._active_bytes >= self.segment_bytes:
                 os.fsync(self._fd)
@@ -384,7 +385,7 @@ class TableWal:
                     self._durable = self._written
                 os.close(self._fd)
                 self._segments.append(self._new_segment(self._written + 1))
-                self._fd = os.open(self._segments[-1].path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                self._fd = open_private(self._segments[-1].path, os.O_WRONLY | os.O_APPEND)
                 self._active_bytes = 0
             keep: list[_Segment] = []
             for i, seg in enumerate(self._segments):
@@ -426,7 +427,7 @@ class TableWal:
                 if seq in self._tail:
                     self._tail_bytes -= len(self._tail.pop(seq))
                 tmp = seg.path.with_name(seg.path.name + ".tmp")
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(kept)
                     fh.flush()
@@ -437,7 +438,7 @@ class TableWal:
                 os.replace(tmp, seg.path)
                 _fsync_dir(self.directory)
                 if active:
-                    self._fd = os.open(seg.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                    self._fd = open_private(seg.path, os.O_WRONLY | os.O_APPEND)
                     self._active_bytes = len(kept)
                 self._cursor = None  # byte offsets in the rewritten segment moved
                 return found

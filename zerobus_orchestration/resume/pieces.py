@@ -40,6 +40,7 @@ from zerobus_orchestration.catalog.base import TableCatalog
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.coverage.sqlite_wal import enable_wal
 from zerobus_orchestration.coverage.store import CoverageStore
+from zerobus_orchestration.owner_only import private_file
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.resume.slices import ResumeSlice, resume_slices
 from zerobus_orchestration.resume.truth import TruthSkip, emission_bound, learn_from_table
@@ -207,7 +208,7 @@ class HandedOut:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
+            private_file(self._path)  # 0600 before SQLite opens it: its side files take its mode
             # Autocommit: each mark is its own transaction. The sink's feeder may iterate the pieces on
             # another thread than the one that read the mark; one user at a time.
             conn = sqlite3.connect(

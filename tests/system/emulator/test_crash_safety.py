@@ -48,7 +48,7 @@ def ingest_until_killed(
     Ids of acknowledged offsets go to ``acked``; returns the next unused id.
     """
     sdk = ZerobusSdk(info["endpoint"], info["workspace_url"])
-    stream = sdk.create_arrow_stream(TABLE, SCHEMA, info["client_id"], "zerobus-local-secret", options())
+    stream = sdk.create_arrow_stream(TABLE, SCHEMA, info["client_id"], info["client_secret"], options())
     threading.Timer(kill_after_s, proc.send_signal, args=(signal.SIGKILL,)).start()
     pending: dict[int, list[int]] = {}
     next_id = first_id
@@ -103,7 +103,7 @@ def test_injected_crash_fault_exits_after_a_durable_batch_and_replays_it(tmp_pat
         info,
     ):
         sdk = ZerobusSdk(info["endpoint"], info["workspace_url"])
-        stream = sdk.create_arrow_stream(TABLE, SCHEMA, info["client_id"], "zerobus-local-secret", options())
+        stream = sdk.create_arrow_stream(TABLE, SCHEMA, info["client_id"], info["client_secret"], options())
         for i in range(2):
             stream.wait_for_offset(stream.ingest_batch(events([i])))
             acked.add(i)

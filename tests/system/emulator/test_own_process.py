@@ -19,7 +19,6 @@ import pytest
 
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.emulator.own_process import TABLE_WORK_NICE_INCREMENT
-from zerobus_orchestration.emulator.private import WELL_KNOWN_SECRET
 from zerobus_orchestration.runtime.facade import ZerobusRuntime
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="per-thread nice is Linux's")
@@ -88,7 +87,7 @@ def test_the_emulators_own_process_lowers_them(tmp_path: Path) -> None:
             "endpoint": info["endpoint"],
             "workspace_url": info["workspace_url"],
             "client_id": info["client_id"],
-            "client_secret": WELL_KNOWN_SECRET,
+            "client_secret": Path(info["client_secret_file"]).read_text().strip(),  # the warehouse's own
             "warehouse": str(warehouse),
             "state_dir": str(tmp_path / "state"),
         }

@@ -37,7 +37,6 @@ from zerobus.sdk.shared import (
 
 from tests.support.emulator_helpers import TABLE, create_table, read_table, token_headers
 from tests.support.emulator_process import emulator_process
-from zerobus_orchestration.emulator.private import WELL_KNOWN_SECRET
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -111,11 +110,12 @@ class Endpoint:
         self.host = str(info["endpoint"])
         self.workspace = str(info["workspace_url"])
         self.client_id = str(info["client_id"])
+        self.client_secret = str(info["client_secret"])  # the warehouse's own (both processes read it)
         self.loop = asyncio.new_event_loop()
 
     def token(self) -> str:
         """A workspace token from the first emulator process's token endpoint (client credentials)."""
-        basic = base64.b64encode(f"{self.client_id}:{WELL_KNOWN_SECRET}".encode()).decode()
+        basic = base64.b64encode(f"{self.client_id}:{self.client_secret}".encode()).decode()
         request = urllib.request.Request(
             self.workspace + "/oidc/v1/token",
             data=b"grant_type=client_credentials&scope=all-apis",
@@ -142,7 +142,7 @@ def _row_writer(ep: Endpoint, name: str, kind: str, asynchronous: bool, headers:
     auth: dict[str, Any] = (
         {"headers_provider": token_headers(TABLE, ep.token())}
         if headers
-        else {"client_id": ep.client_id, "client_secret": WELL_KNOWN_SECRET}
+        else {"client_id": ep.client_id, "client_secret": ep.client_secret}
     )
     options = StreamConfigurationOptions(**RECOVERY)
     if asynchronous:
@@ -177,7 +177,7 @@ def _arrow_writer(ep: Endpoint, name: str, asynchronous: bool, headers: bool) ->
             TABLE, ARROW_SCHEMA, token_headers(TABLE, ep.token()), options
         )
     else:
-        opened = sdk.create_arrow_stream(TABLE, ARROW_SCHEMA, ep.client_id, WELL_KNOWN_SECRET, options)
+        opened = sdk.create_arrow_stream(TABLE, ARROW_SCHEMA, ep.client_id, ep.client_secret, options)
     if asynchronous:
         stream = ep.run(opened)
         return Writer(

@@ -37,6 +37,7 @@ from zerobus_orchestration.emulator.unity.replace_where import COPY_COLUMN
 from zerobus_orchestration.emulator.unity.state import FakeColumn, FakeTable, StatementFailure, now_ms
 from zerobus_orchestration.errors import TableNameError, UnsupportedType
 from zerobus_orchestration.locations import is_local, local_path
+from zerobus_orchestration.owner_only import open_private, private_dir
 from zerobus_orchestration.reserved import EMIT_TS, OFFSET, SOURCE
 from zerobus_orchestration.tables import TableName, table_uri
 from zerobus_orchestration.type_map import arrow_type_of_delta, delta_type
@@ -375,9 +376,9 @@ class DeltaBacking:
             "schemas": sorted([c, s] for c, s in metastore.schemas),
             "tables": [_record(t) for t in metastore.tables.values()],
         }
-        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.state_file.parent)
         tmp = self.state_file.with_name(f".{self.state_file.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             json.dump(state, out, indent=1, sort_keys=True)
             out.flush()
