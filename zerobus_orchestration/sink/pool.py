@@ -421,11 +421,16 @@ class StreamPool:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     states = ", ".join(f"{m.index}:{m.state}" for m in self._members)
+                    refused = self._supervisor.last_refusal
+                    endpoint = getattr(self.transport, "endpoint", None)
                     raise PoolUnavailableError(
                         f"{self.table}: no healthy stream within {self.config.healthy_member_wait_s}s "
-                        f"({states}); raise pool.healthy_member_wait_s or check the service",
+                        f"({states})"
+                        + ("" if endpoint is None else f" at {endpoint} (zerobus.endpoint)")
+                        + ("" if refused is None else f"; last refusal: {refused}")
+                        + "; raise pool.healthy_member_wait_s or check the service",
                         table=self.table,
-                    )
+                    ) from refused
                 self._cond.wait(remaining)
 
     # -- failures (called from lane threads) --------------------------------------------------------

@@ -102,6 +102,7 @@ class Supervisor:
         self.concurrency_rejects = 0
         self.open_attempts = 0
         self.open_refusals = 0
+        self.last_refusal: BaseException | None = None
         self.errors = 0
         self.last_error: str | None = None
         self.last_open_backoff_s: float | None = None
@@ -239,6 +240,7 @@ class Supervisor:
                 table=pool.table, stream=str(member.index), lane=str(pool.lane_kind)
             ).inc()
         self.open_refusals += 1
+        self.last_refusal = exc  # what a pusher that waited in vain is told
         self._consecutive_rejects += 1
         # The service's retry hint, if any, is a floor.
         delay = self.hinted(self.jittered(self._consecutive_rejects), exc)

@@ -1,4 +1,6 @@
-"""A stream whose service refuses the table for good fails its member for good, and the pusher gets the
+"""What a pusher is told when the pool cannot send: the cause, named.
+
+A stream whose service refuses the table for good fails its member for good, and the pusher gets the
 table's refusal itself, whichever of the two reports of the death reaches the pool first.
 
 The official SDK reports a dead stream twice: a submit gets a bare "Stream is closing or closed"
@@ -6,6 +8,9 @@ The official SDK reports a dead stream twice: a submit gets a bare "Stream is cl
 submit's report came first, the member was already rebuilding and the cause was dropped: the pool
 re-opened, the SDK retried the refused open for its whole recovery budget, and only that open's
 refusal failed the member (16 s instead of 8 with the SDK's defaults, measured).
+
+A pool whose opens keep being refused tells a pusher that waited ``healthy_member_wait_s`` in vain the
+endpoint and the last refusal, not only "no healthy stream".
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ import pytest
 
 from tests.support.sink_helpers import TABLE, rows
 from zerobus_orchestration.config import PoolConfig
-from zerobus_orchestration.errors import StreamPoisonedError, TableUnavailableError
+from zerobus_orchestration.errors import StreamPoisonedError, TableUnavailableError, TransientError
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.sink import StreamPool, ZerobusSink
+from zerobus_orchestration.sink.errors import PoolUnavailableError
 from zerobus_orchestration.transport.memory import LatencyModel, MemoryStream, MemoryTransport
 
 REFUSED = f"table {TABLE} is failed in the emulator (injected)"
@@ -101,3 +107,27 @@ def test_a_refused_table_fails_the_member_for_good_even_after_a_bare_submit_fail
     assert health.failed and health.reopen_in_s is None  # failed for good, no cool-down re-open
     with pytest.raises(Exception):  # noqa: B017 (the undelivered batches: whatever the flush names them)
         pool.close(timeout=5)
+
+
+class Unanswered(MemoryTransport):
+    """Every open fails as an endpoint that stopped answering does (transient: the pool backs off)."""
+
+    endpoint = "http://127.0.0.1:9"
+
+    def open_stream(self, table: str, schema: pa.Schema) -> MemoryStream:
+        raise TransientError("open stream: Failed to create stream: code: 'Deadline expired', no answer")
+
+
+def test_a_pusher_that_waited_in_vain_is_told_the_endpoint_and_the_last_refusal(
+    metrics: SinkMetrics,
+) -> None:
+    config = PoolConfig(min_streams=1, healthy_member_wait_s=0.3, open_backoff_initial_s=0.01)
+    pool = StreamPool(Unanswered(), TABLE, config, metrics=metrics, seed=1)
+    with pytest.raises(PoolUnavailableError) as caught:
+        ZerobusSink(pool, source="src").push(rows(0, 5))
+    message = str(caught.value)
+    assert "no healthy stream within 0.3s" in message
+    assert "at http://127.0.0.1:9 (zerobus.endpoint)" in message
+    assert "last refusal: open stream: Failed to create stream: code: 'Deadline expired'" in message
+    assert isinstance(caught.value.__cause__, TransientError)
+    pool.close(timeout=1)
