@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 _UNSCALED: Final = pa.decimal128(38, 0)
+_PLAIN_SCALE: Final = 6  # Arrow's decimal text is plain (no exponent) for every value at scales up to this
 
 
 # Scalars from buffers, not ``pa.scalar(value)``: converting a Python value makes pyarrow import pandas
@@ -108,15 +109,32 @@ def from_wire(values: pa.Array, table_type: pa.DataType) -> pa.Array:
 def decimal_text(values: pa.Array) -> pa.Array:
     """A decimal column as ``large_utf8`` text: the declared scale, no exponent, ``-`` only when negative.
 
-    Arrow's own decimal-to-string cast writes exponents (``1E-7``, ``0E-18``), so the text is built from
-    the unscaled integer instead: its digits (a scale-0 decimal's text never has an exponent), left-padded
-    with zeros to more than ``scale`` digits, the point inserted ``scale`` digits from the right, the sign
-    put back. Exact for all 38 digits; nulls stay null.
+    Arrow's own decimal-to-string cast writes this text, except that it writes an exponent for a value
+    whose adjusted exponent (its digit count - 1 - scale) is below -6 (``Decimal128::ToString`` in
+    cpp/src/arrow/util/decimal.cc, after Java's ``BigDecimal``): ``1E-7``, and ``0E-18`` for a zero at
+    scale 18. No value of a scale of at most 6 has one, so there the cast is the text; at larger scales
+    only the values it wrote with an exponent (below 10^-6 in magnitude, zero among them) are built
+    from their unscaled integer instead (``_built_text``). The cast is 2-3x cheaper than building every
+    value (a DECIMAL(18,2) column of 20,000 values: 2.0 -> 0.8 ms). Exact for all 38 digits; nulls stay
+    null.
     """
     kind = values.type
     if not pa.types.is_decimal128(kind):
         values = values.cast(pa.decimal128(kind.precision, kind.scale))
-    scale = kind.scale
+    text = values.cast(pa.large_string())
+    if kind.scale <= _PLAIN_SCALE:
+        return text
+    exponent = pc.fill_null(pc.match_substring(text, "E"), False)
+    if not pc.any(exponent).as_py():
+        return text
+    return pc.replace_with_mask(text, exponent, _built_text(values.filter(exponent)))
+
+
+def _built_text(values: pa.Array) -> pa.Array:
+    """``decimal_text`` of a decimal128 column, built from the unscaled integers: their digits (a scale-0
+    decimal's never have an exponent), left-padded with zeros to more than ``scale`` digits, the point
+    inserted ``scale`` digits from the right, the sign put back."""
+    scale = values.type.scale
     # The same 16-byte little-endian integers read with scale 0: the unscaled value, no arithmetic.
     unscaled = pa.Array.from_buffers(
         _UNSCALED, len(values), values.buffers()[:2], null_count=values.null_count, offset=values.offset

@@ -59,6 +59,15 @@ def test_decimal_text_is_the_declared_scale_without_exponent_sign_only_when_nega
     assert out.type == pa.large_string() and out.to_pylist() == text
 
 
+@pytest.mark.parametrize("scale", [0, 1, 5, 6, 7, 18])
+def test_the_smallest_values_have_no_exponent_at_any_scale(scale: int) -> None:
+    """At scales up to 6 the text is Arrow's own cast (no value there takes an exponent); from 7 on
+    it is built from the digits, since Arrow would write 1E-7 or 0E-7."""
+    column = decimals(scale + 2, scale, [0, 1, -1, 10**scale, None])
+    assert decimal_text(column).to_pylist() == [text_of(v, scale) for v in column.to_pylist()]
+    assert all("E" not in t for t in decimal_text(column).to_pylist() if t is not None)
+
+
 def test_decimal_text_of_a_slice_and_of_narrow_decimal_types() -> None:
     column = decimals(10, 3, [1, -2, 3, None, 5]).slice(1, 3)
     assert decimal_text(column).to_pylist() == ["-0.002", "0.003", None]
