@@ -36,8 +36,13 @@ typecheck: $(STAMP)
 # hold the run) and print the 25 slowest tests, so a new slow test shows in the CI log.
 TEST_WORKERS ?= auto
 XDIST = $(if $(WORKERS),-n $(WORKERS) --dist worksteal)
+# Test runs write bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE=1): otherwise
+# each worker's collection and each of the hundreds of interpreters the tests start (CLI commands,
+# daemons, hosts) compiles the project's modules from source again; collecting the suite took 18 CPU
+# seconds instead of 11. __pycache__ is ignored by git and left out of the wheel.
+TEST_ENV := $(LOOPBACK_ENV) PYTHONDONTWRITEBYTECODE=
 pytest: $(STAMP)
-	$(LOOPBACK_ENV) $(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
+	$(TEST_ENV) $(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
 test: WORKERS ?= $(TEST_WORKERS)
 test: PYTEST_ARGS += --durations=25
@@ -45,7 +50,7 @@ test: lint typecheck pytest
 
 # The edit loop: lint, types, unit and integration tests, without the tests marked slow (tests/README.md).
 test-fast: lint typecheck
-	$(LOOPBACK_ENV) $(BIN)/pytest -n $(or $(WORKERS),$(TEST_WORKERS)) --dist worksteal -m "not slow" \
+	$(TEST_ENV) $(BIN)/pytest -n $(or $(WORKERS),$(TEST_WORKERS)) --dist worksteal -m "not slow" \
 		--durations=10 $(PYTEST_ARGS) tests/unit tests/integration
 
 # The site (mkdocs.yml) into .site/: --strict fails on a broken link or anchor, README.md included. The

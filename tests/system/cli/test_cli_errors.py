@@ -1,7 +1,9 @@
 """`zerobus-orch` failures end with one line `error: <cause>` on stderr: exit 2 for bad input, 1 otherwise.
 
-The bad-input cases run the installed console script in a subprocess (what a user or a scheduler sees);
-the generic wrapper is also checked on a command registered after the fact, as a later command would be.
+One bad-input case per command runs the installed console script in a subprocess (what a user or a
+scheduler sees); the others run its entry point in this process (``tests.support.console_script``: the
+same code, no interpreter start). The generic wrapper is also checked on a command registered after the
+fact, as a later command would be.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,6 +20,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from tests.support.console_script import Finished, run_console_script
 from zerobus_orchestration.cli.errors import EXIT_BAD_INPUT, EXIT_FAILURE, OneLineErrorsTyper, one_line
 from zerobus_orchestration.errors import ConfigError
 
@@ -33,7 +37,12 @@ def _run(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+def _in_process(*args: str, cwd: Path, **env: str) -> Finished:
+    del cwd  # every path in these cases is absolute
+    return run_console_script(*args, env=env)
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str] | Finished) -> str:
     assert "Traceback" not in done.stderr, done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
@@ -53,33 +62,43 @@ def inputs(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("args", "code", "cause"),
+    ("args", "code", "cause", "runner"),
     [
         (
             ["ingest", "--table", "main.raw.t", "--warehouse", "{tmp}/wh", "{tmp}/missing.parquet"],
             EXIT_BAD_INPUT,
             "missing.parquet",
+            _run,
         ),
         (
             ["ingest", "--table", "main.raw.a.b", "--warehouse", "{tmp}/wh", "{tmp}/good.parquet"],
             EXIT_BAD_INPUT,
             "main.raw.a.b",
+            _in_process,
         ),
         (
             ["check", "--table", "main.raw.t", "--config", "{tmp}/unknown-key.toml"],
             EXIT_BAD_INPUT,
             "zerobus.warehouse_path",
+            _run,
         ),
         (
             ["readback", "--table", "main.raw.t", "--warehouse", "{tmp}/not-a-folder"],
             EXIT_BAD_INPUT,
             "NotADirectoryError",
+            _run,
         ),
-        (["ingest", "--table", "main.raw.t", "--no-such-option"], EXIT_BAD_INPUT, "--no-such-option"),
+        (
+            ["ingest", "--table", "main.raw.t", "--no-such-option"],
+            EXIT_BAD_INPUT,
+            "--no-such-option",
+            _in_process,
+        ),
         (
             ["readback", "--table", "main.raw.t", "--warehouse", "{tmp}/empty-wh", "--wait", "0.2"],
             EXIT_FAILURE,
             "nothing to verify",
+            _in_process,
         ),
     ],
     ids=[
@@ -92,9 +111,13 @@ def inputs(tmp_path: Path) -> Path:
     ],
 )
 def test_console_script_failures_end_in_one_line(
-    inputs: Path, args: list[str], code: int, cause: str
+    inputs: Path,
+    args: list[str],
+    code: int,
+    cause: str,
+    runner: Callable[..., subprocess.CompletedProcess[str] | Finished],
 ) -> None:
-    done = _run(*(a.replace("{tmp}", str(inputs)) for a in args), cwd=inputs)
+    done = runner(*(a.replace("{tmp}", str(inputs)) for a in args), cwd=inputs)
     line = _one_error_line(done)
     assert done.returncode == code, done.stderr
     assert cause in line
@@ -107,7 +130,7 @@ def test_debug_flag_or_variable_adds_the_traceback(inputs: Path) -> None:
     assert flagged.returncode == EXIT_BAD_INPUT
     assert "Traceback" in flagged.stderr and flagged.stderr.splitlines()[-1].startswith("error: ")
     # ZEROBUS_DEBUG is not a setting: the config loader must not refuse it as an unknown key.
-    variable = _run(*args, cwd=inputs, ZEROBUS_DEBUG="1")
+    variable = _in_process(*args, cwd=inputs, ZEROBUS_DEBUG="1")
     assert variable.returncode == EXIT_BAD_INPUT
     assert "Traceback" in variable.stderr and "NotADirectoryError" in variable.stderr.splitlines()[-1]
 

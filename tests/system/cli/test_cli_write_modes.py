@@ -1,6 +1,7 @@
 """``zerobus-orch ingest --mode replace`` through the real CLI (a subprocess), on the embedded default and
 on the local cloud (production configuration: remote endpoint, OAuth M2M, ``unity`` catalog whose SQL
-warehouse runs the DELETE of the superseded run on the table's real Delta data)."""
+warehouse runs the DELETE of the superseded run on the table's real Delta data). The refusals of bad
+options run the console script's entry point in this process (``tests.support.console_script``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from tests.support.console_script import run_console_script
 from tests.support.local_cloud import CLI, clean_env, production_env, serve
 from zerobus_orchestration.tables import table_uri
 
@@ -99,7 +101,7 @@ def test_bad_write_mode_options_are_refused_before_anything_is_written(
     tmp_path: Path, embedded: dict[str, str], options: list[str], expected: list[str]
 ) -> None:
     data = _input(tmp_path / "run1.parquet", range(10))
-    done = _run(embedded, "ingest", "--table", TABLE, "--json", *options, data)
+    done = run_console_script("ingest", "--table", TABLE, "--json", *options, data, env=embedded)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
     assert all(fragment in done.stderr for fragment in expected), done.stderr
