@@ -14,7 +14,7 @@ and the primary-raw predicates (``catalog/preconditions.py``), all of which work
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -50,6 +50,11 @@ ICEBERG_COMPAT_V2 = "delta.enableIcebergCompatV2"
 UNIFORM_FORMATS = "delta.universalFormat.enabledFormats"
 COLUMN_MAPPING_MODE = "delta.columnMapping.mode"
 DELETION_VECTORS = "delta.enableDeletionVectors"
+# Which columns Delta writers (Databricks, delta-rs) keep file statistics of: the first
+# ``delta.dataSkippingNumIndexedCols`` (default 32) leaf columns, or the ones ``STATS_COLUMNS`` names.
+STATS_COLUMNS = "delta.dataSkippingStatsColumns"
+NUM_INDEXED_COLUMNS = "delta.dataSkippingNumIndexedCols"
+DEFAULT_INDEXED_COLUMNS = 32
 COLUMN_MAPPING_MODES = frozenset({"name", "id"})  # the values that turn column mapping on
 # Characters Delta refuses in any column or nested field name unless column mapping is on
 # (DELTA_INVALID_CHARACTERS_IN_COLUMN_NAMES): without it the name is the Parquet column name.
@@ -203,6 +208,11 @@ class DesiredTable:
         if unknown:
             raise ConfigError(f"table {name}: descriptions given for unknown columns {unknown}")
         props = {PROP_ROLE: role.value, **(tags.properties() if tags else {}), **dict(properties or {})}
+        creation = dict(create_properties or {})
+        if STATS_COLUMNS not in props and STATS_COLUMNS not in creation and NUM_INDEXED_COLUMNS not in props:
+            stats = _stats_columns_keeping_reserved(columns)
+            if stats is not None:
+                creation[STATS_COLUMNS] = stats
         return cls(
             name=name,
             columns=tuple(columns),
@@ -211,7 +221,7 @@ class DesiredTable:
             allow_widening=allow_widening,
             comment_policy=comment_policy,
             subset=subset,
-            create_properties=MappingProxyType(dict(create_properties or {})),
+            create_properties=MappingProxyType(creation),
             repair=repair,
         )
 
@@ -241,6 +251,41 @@ class DesiredTable:
 
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([pa.field(c.name, c.arrow_type, nullable=c.nullable) for c in self.columns])
+
+
+def _leaf_count(arrow_type: pa.DataType) -> int:
+    """Columns a type counts as toward Delta's statistics budget (a struct counts its fields)."""
+    if pa.types.is_struct(arrow_type):
+        return sum(_leaf_count(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
+    return 1
+
+
+def _stats_column_name(name: str) -> str:
+    plain = name.replace("_", "a").isalnum() and name.isascii() and not name[0].isdigit()
+    return name if plain else "`" + name.replace("`", "``") + "`"
+
+
+def _stats_columns_keeping_reserved(columns: Sequence[DesiredColumn]) -> str | None:
+    """``delta.dataSkippingStatsColumns`` for a table whose reserved columns fall outside the first 32.
+
+    Resume and read-back prune files by the statistics of ``_twg_source`` and ``_twg_emit_ts``
+    (docs/adr/0002-coverage-home.md), and the reserved columns come last: past 29 payload leaf columns
+    no writer would keep their statistics, and every resume would read the whole table. Named instead:
+    the payload columns the default would have covered, then the reserved ones. None: the default
+    already covers them.
+    """
+    payload = [c for c in columns if not c.engine_owned]
+    reserved = [c for c in columns if c.engine_owned]
+    budget = DEFAULT_INDEXED_COLUMNS - sum(_leaf_count(c.arrow_type) for c in reserved)
+    if sum(_leaf_count(c.arrow_type) for c in payload) <= budget:
+        return None
+    named: list[str] = []
+    for column in payload:
+        budget -= _leaf_count(column.arrow_type)
+        if budget < 0:
+            break
+        named.append(_stats_column_name(column.name))
+    return ",".join([*named, *(c.name for c in reserved)])
 
 
 @dataclass(frozen=True)

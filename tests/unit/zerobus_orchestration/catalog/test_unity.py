@@ -563,3 +563,13 @@ def test_a_pinned_mode_without_column_mapping_is_refused_naming_table_column_and
     assert "rename it (e.g. 'order_id')" in reason and "set 'delta.columnMapping.mode' = 'name'" in reason
     assert unity.describe(ORDERS) is None
     assert submitted(fake_uc) - before == 0  # refused on the describe alone (absent: no DESCRIBE SQL)
+
+
+def test_a_wide_table_is_created_naming_its_statistics_columns_through_sql(unity: UnityCatalog) -> None:
+    """The property goes through the SQL warehouse's CREATE TABLE and the table keeps it."""
+    wide = [pa.field(f"c{i}", pa.int64()) for i in range(30)]
+    outcome = unity.reconcile(TABLE, desired(*wide))
+    named = outcome.state.properties["delta.dataSkippingStatsColumns"].split(",")
+    assert named[:2] == ["id", "name"] and named[-3:] == ["_twg_emit_ts", "_twg_source", "_twg_offset"]
+    assert len(named) == 32
+    assert [c.name for c in check_primary_raw(unity, TABLE) if not c.ok] == []
