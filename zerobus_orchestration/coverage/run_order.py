@@ -14,8 +14,9 @@ can only go from absent to present, so a binary search over versions finds the b
 took rows of a tag (fewer of its rows after the commit than before) is how a run learns that a newer run
 deleted its rows while it was still writing, and the version before a removal is where another run looks
 for rows of a run that was there before (``RunHistory.older``). The removals are found by the
-operation names of the log's commit infos, and judged by the rows themselves, not by the predicate text
-a commit recorded (delta-rs and Databricks record it differently).
+operation names of the log's commit infos (``table_truth.row_removals``, which read-back's lost verdict
+reads too), and judged by the rows themselves, not by the predicate text a commit recorded (delta-rs and
+Databricks record it differently).
 
 Reads go through the Delta log and the ``_twg_source`` column only; files whose statistics exclude the
 partition's tag prefix are pruned. A table whose protocol pyarrow datasets cannot read (deletion
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from zerobus_orchestration.coverage.table_truth import TableReader, TableTruthError
+from zerobus_orchestration.coverage.table_truth import TableReader, TableTruthError, row_removals
 from zerobus_orchestration.reserved import SOURCE
 from zerobus_orchestration.storage import reveal
 from zerobus_orchestration.write_modes import PartitionRun
@@ -41,8 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Commits that can make rows disappear (Delta operation names, delta-rs and Databricks spell them alike).
-ROW_REMOVALS = frozenset({"DELETE", "MERGE", "UPDATE", "RESTORE", "TRUNCATE"})
 ABSENT = -1
 """The version "before the table": no tag is present there."""
 
@@ -96,21 +95,8 @@ class RunHistory:
         """Versions of the row-removing commits after ``version`` (exclusive), oldest first."""
         latest = self.latest()
         if self._removals is None or self._removals_from is None or version < self._removals_from:
-            limit = max(1, latest - version)
-            try:
-                history = self._load(None).history(limit=limit)
-            except Exception as exc:  # a log delta-rs cannot read (deltalake raises its own exception types)
-                where = f"table {self.reader.table}"
-                raise TableTruthError(
-                    f"{where}: cannot read the Delta log's history at {self.reader.uri}: {exc}"
-                ) from exc
-            self._removals = tuple(
-                sorted(
-                    int(c["version"])
-                    for c in history
-                    if c.get("version") is not None and str(c.get("operation", "")).upper() in ROW_REMOVALS
-                )
-            )
+            found = row_removals(self.reader, after=version)
+            self._removals = tuple(removal.version for removal in found.commits)
             self._removals_from = version
         return tuple(v for v in self._removals if version < v <= latest)
 

@@ -110,19 +110,33 @@ def delivered_offsets(
 
 
 def delivered_rows(
-    reader: TableReader, *, source: str, partition: str = "", emitted_since: dt.datetime | None = None
+    reader: TableReader,
+    *,
+    source: str,
+    partition: str = "",
+    emitted_since: dt.datetime | None = None,
+    version: int | None = None,
 ) -> DeliveredRows:
     """The offsets of (source, partition) in the table and when the earliest of its rows was stamped.
 
     ``emitted_since``: no row of (source, partition) was stamped before it; files whose ``_twg_emit_ts``
-    statistics hold only earlier rows are not read (see the module docstring)."""
+    statistics hold only earlier rows are not read (see the module docstring). ``version``: the
+    snapshot of that Delta version (time travel), else the latest."""
+    return tag_rows(reader, source_tag(source, partition), emitted_since=emitted_since, version=version)
+
+
+def tag_rows(
+    reader: TableReader, tag: str, *, emitted_since: dt.datetime | None = None, version: int | None = None
+) -> DeliveredRows:
+    """``delivered_rows`` of one ``_twg_source`` tag (``write_modes.source_tag``), at ``version``."""
     import pyarrow.dataset as ds  # loads pandas (~0.4 s): only a table-truth read pays for it
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaError
 
-    tag = source_tag(source, partition)
+    at = "" if version is None else f" at version {version}"
     try:
-        table = DeltaTable(reader.uri, storage_options=reveal(reader.storage_options) or None)
+        options = reveal(reader.storage_options) or None
+        table = DeltaTable(reader.uri, version=version, storage_options=options)
         # Every table the sink writes has the column; one written otherwise is read without it.
         stamped = any(field.name == EMIT_TS for field in table.schema().fields)
         since = emitted_since if stamped else None
@@ -139,7 +153,7 @@ def delivered_rows(
         earliest = pc.min(rows.column(EMIT_TS)).as_py() if stamped and rows.num_rows else None
     except (DeltaError, OSError, pa.ArrowException) as exc:
         raise TableTruthError(
-            f"table {reader.table}: cannot read {SOURCE}/{OFFSET} at {reader.uri}: {exc}"
+            f"table {reader.table}: cannot read {SOURCE}/{OFFSET}{at} at {reader.uri}: {exc}"
         ) from exc
     return DeliveredRows(offsets, earliest)
 
@@ -265,6 +279,64 @@ def table_version(reader: TableReader) -> int:
         raise TableTruthError(
             f"table {reader.table}: cannot read the Delta log at {reader.uri}: {exc}"
         ) from exc
+
+
+# Commits that can make rows disappear (Delta operation names, delta-rs and Databricks spell them alike).
+ROW_REMOVALS = frozenset({"DELETE", "MERGE", "UPDATE", "RESTORE", "TRUNCATE"})
+
+
+@dataclass(frozen=True)
+class RowRemoval:
+    """A commit that can have removed rows: its version, operation and commit time (ms since the epoch,
+    the committer's clock; ``None`` when the commit info carries none)."""
+
+    version: int
+    operation: str
+    timestamp_ms: int | None
+
+
+@dataclass(frozen=True)
+class Removals:
+    """The row-removing commits among the versions ``(after, latest]`` of the log, oldest first, and the
+    commit time of version ``after + 1`` (``None``: unknown, or no such version)."""
+
+    after: int
+    latest: int
+    commits: tuple[RowRemoval, ...]
+    first_ms: int | None
+
+
+def row_removals(reader: TableReader, *, after: int) -> Removals:
+    """The commits after version ``after`` whose operation can remove rows (``ROW_REMOVALS``).
+
+    Reads the commit infos of those versions only (the log's history, newest first, down to
+    ``after + 1``), not their data. What a removal took is judged by the rows at the versions around
+    it, not by the predicate it recorded (delta-rs and Databricks record it differently).
+    """
+    from deltalake import DeltaTable
+
+    try:
+        table = DeltaTable(reader.uri, storage_options=reveal(reader.storage_options) or None)
+        latest = int(table.version())
+        history = table.history(limit=max(1, latest - after))
+    except Exception as exc:  # a log delta-rs cannot read (deltalake raises its own exception types)
+        raise TableTruthError(
+            f"table {reader.table}: cannot read the Delta log's history at {reader.uri}: {exc}"
+        ) from exc
+    removals: list[RowRemoval] = []
+    first_ms: int | None = None
+    for commit in history:
+        raw_version, stamp = commit.get("version"), commit.get("timestamp")
+        if raw_version is None or not after < int(raw_version) <= latest:
+            continue
+        version = int(raw_version)
+        if version == after + 1 and stamp is not None:
+            first_ms = int(stamp)
+        operation = str(commit.get("operation", "")).upper()
+        if operation in ROW_REMOVALS:
+            removals.append(RowRemoval(version, operation, None if stamp is None else int(stamp)))
+    removals.sort(key=lambda removal: removal.version)
+    return Removals(after, latest, tuple(removals), first_ms)
 
 
 def offsets_to_ranges(offsets: pa.Array) -> tuple[OffsetRange, ...]:
