@@ -24,6 +24,11 @@ Kinds, each counted from the stream's accepted batches (``after_batches``):
   would lead the table. One group commit then covers every batch written meanwhile (those are not held
   again), and another stream of the same table can make the batches durable sooner: aim it at a table
   with one stream.
+* ``delay_commit``: batches after N are made durable and acknowledged as usual, but reach the Delta table
+  only ``delay_s`` after they were written: the materialiser (and ``materialize_now``, which a client
+  cannot hurry past it) commits nothing from that WAL position on until then, other streams' later
+  batches included (commits follow the WAL's order). The window in which acknowledged rows are not in
+  the table yet, within Zerobus' time to table (docs/adr/0003-emulator-fidelity-limits.md).
 * ``crash``: batch N+1 is written and fsync'd, then the process exits (``os._exit``) before acking.
 * ``reject_open``: the stream is refused at open with ``status`` (e.g. ``RESOURCE_EXHAUSTED``).
 
@@ -58,6 +63,7 @@ class FaultKind(StrEnum):
     WITHHOLD_ACKS = "withhold_acks"
     DELAY_ACKS = "delay_acks"
     DELAY_DURABILITY = "delay_durability"
+    DELAY_COMMIT = "delay_commit"
     CRASH = "crash"
     REJECT_OPEN = "reject_open"
 
@@ -77,7 +83,10 @@ class FaultSpec(BaseModel):
     status: str = Field("UNAVAILABLE", description="gRPC status name for abort / reject_open.")
     message: str = Field("injected fault", description="Status details text.")
     delay_s: float = Field(
-        0.0, ge=0, description="Ack delay for delay_acks, durability delay for delay_durability."
+        0.0,
+        ge=0,
+        description="Ack delay for delay_acks, durability delay for delay_durability, commit delay for "
+        "delay_commit.",
     )
     grace_ms: int = Field(1000, ge=0, description="Rotation grace for rotate.")
     streams: int = Field(1, ge=1, description="How many stream connections it fires on before it is spent.")

@@ -116,6 +116,9 @@ class TableState:
     failure: TableFailure | None = None
     transient_failures: int = 0  # consecutive commit failures that were not about the data
     retry_at: float = 0.0  # monotonic time before which the materialiser does not retry
+    # Fault ``delay_commit`` (faults.py): WAL positions after each key wait until its monotonic time.
+    commit_holds: dict[int, float] = field(default_factory=dict)
+    holds_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def open(
@@ -129,6 +132,24 @@ class TableState:
 
     def pending(self) -> int:
         return self.wal.durable_seq - self.committed
+
+    def hold_commits(self, delay_s: float) -> int:
+        """Commit no WAL position written from now on for ``delay_s`` (fault ``delay_commit``); returns
+        the position after which the hold starts."""
+        after = self.wal.written_seq  # every record written later has a greater position
+        with self.holds_lock:
+            until = time.monotonic() + delay_s
+            self.commit_holds[after] = max(until, self.commit_holds.get(after, until))
+        return after
+
+    def _not_held(self, entries: list[WalEntry]) -> list[WalEntry]:
+        """``entries`` up to the first position a live ``delay_commit`` hold keeps from Delta."""
+        with self.holds_lock:
+            now = time.monotonic()
+            for after in [a for a, until in self.commit_holds.items() if until <= now]:
+                del self.commit_holds[after]
+            cut = min(self.commit_holds, default=None)
+        return entries if cut is None else [e for e in entries if e.seq <= cut]
 
     def materialize(self, mirror: MirrorHook | None = None) -> int | None:
         """Commit every durable WAL record not yet in Delta; the new Delta version, or None if idle.
@@ -146,7 +167,7 @@ class TableState:
         while True:
             dt = load_table(self.uri, self.storage_options)
             self.committed = max(self.committed, committed_position(dt))
-            entries = self.wal.read_after(self.committed, MAX_COMMIT_BYTES)
+            entries = self._not_held(self.wal.read_after(self.committed, MAX_COMMIT_BYTES))
             if not entries:
                 return version
             target = arrow_schema(dt)

@@ -137,6 +137,7 @@ class StreamSession:
         table = self.state.full_name
         throttle = Throttle(self.services.per_stream_mb_s)
         abort, crash, rotate = (self._fault(k) for k in (FaultKind.ABORT, FaultKind.CRASH, FaultKind.ROTATE))
+        late_commit = self._fault(FaultKind.DELAY_COMMIT)
         batches = 0
         rows = 0
         for request in requests:
@@ -176,6 +177,14 @@ class StreamSession:
             if failure is not None:  # marked failed while this stream was open: accept nothing more
                 self.events.put(_Abort(failure.rpc_failure()))
                 return
+            if late_commit is not None and batches > late_commit.after_batches:
+                # Held before the record exists: the materialiser cannot commit it in between.
+                held_after = self.state.hold_commits(late_commit.delay_s)
+                self._record(
+                    late_commit,
+                    f"held batch {batches} (WAL positions after {held_after}) from the Delta table for "
+                    f"{late_commit.delay_s:g} s",
+                )
             try:
                 seq = self.state.wal.append(wal_payload(decoded, batch))
             except (OSError, WalUnusableError) as exc:

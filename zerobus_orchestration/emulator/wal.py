@@ -312,6 +312,12 @@ class TableWal:
         with self._cond:
             return self._durable
 
+    @property
+    def written_seq(self) -> int:
+        """The position of the last record written (durable or not); every later one is greater."""
+        with self._cond:
+            return self._written
+
     # -- reading and truncation -------------------------------------------------------------------
     def read_after(self, position: int, max_bytes: int) -> list[WalEntry]:
         """Durable records with seq > ``position``, in order, about ``max_bytes`` at most (at least one).

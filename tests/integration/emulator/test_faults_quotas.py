@@ -106,6 +106,29 @@ def test_delayed_acks_still_arrive_and_limited_stream_still_delivers(warehouse: 
     assert sorted(read_table(warehouse).column("id").to_pylist()) == [0, 1, 2]
 
 
+def test_a_delayed_commit_keeps_acknowledged_batches_out_of_delta_until_it_ends(warehouse: Path) -> None:
+    """Acknowledged, durable, and not in the table: neither the materialiser's ticks nor
+    ``materialize_now`` commit the held batches before ``delay_s``; the batch before them commits."""
+    hold_s = 3.0
+    config = EmulatorConfig(time_to_table_s=0.1)
+    late = FaultSpec(kind=FaultKind.DELAY_COMMIT, after_batches=1, delay_s=hold_s)
+    with Emulator(str(warehouse), config, faults=[late], iceberg=False) as emu:
+        stream = open_arrow(emu, TABLE, SCHEMA)
+        held_from = time.monotonic()
+        last = [stream.ingest_batch(events([i])) for i in range(3)][-1]
+        stream.wait_for_offset(last)  # all three acknowledged
+        stream.close()
+        emu.materialize_now(TABLE)
+        assert time.monotonic() - held_from < hold_s, "too slow to see the hold: raise hold_s"
+        assert sorted(read_table(warehouse).column("id").to_pylist()) == [0]
+        held = emu.faults.actions_of(FaultKind.DELAY_COMMIT)
+        assert [a.detail.split(" (")[0] for a in held] == ["held batch 2", "held batch 3"], held
+        while time.monotonic() - held_from < hold_s + 0.5:
+            time.sleep(0.1)
+        emu.materialize_now(TABLE)
+    assert sorted(read_table(warehouse).column("id").to_pylist()) == [0, 1, 2]
+
+
 def test_per_stream_throughput_limit_holds_back_an_sdk_stream(warehouse: Path) -> None:
     limit_mb_s = 1.0
     config = EmulatorConfig(time_to_table_s=0.2, per_stream_mb_s=limit_mb_s)
