@@ -15,9 +15,10 @@ core's read-only ``ReadbackService`` (no write runtime, no stream pool), whose `
   acknowledged rows asynchronously), so the cursor waits until ``max_lag_s``; after that the report is
   emitted as a failed verification (no recovery run: coverage already holds those rows) and the cursor
   moves on;
-- lost (delivered rows missing from a snapshot known to hold them) or duplicated (every row there, some
-  twice): a failed verification at once, naming the rows (a duplicated write gets no recovery run:
-  re-sending would add copies; ``zerobus-orch repair --dedupe`` removes them), and the cursor moves on;
+- lost (delivered rows missing that the table's Delta log shows deleted after delivery, or held at the
+  snapshot's version) or duplicated (every row there, some twice): a failed verification at once, naming
+  the rows (a duplicated write gets no recovery run: re-sending would add copies; ``zerobus-orch repair
+  --dedupe`` removes them), and the cursor moves on;
 - nothing to verify (no delivered coverage): waiting cannot create coverage, so the cursor moves on.
   A materialisation that wrote 0 rows gets an observation with ``readback/rows_scanned = 0`` and
   ``readback/nothing_to_verify`` (and a passed check); one that reports rows but has no coverage gets a

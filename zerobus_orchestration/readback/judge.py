@@ -12,8 +12,9 @@ The mapping keeps the decisions the adapters made before it moved here:
 - network failures, timeouts and package errors that are ``retriable`` (transient, poisoned stream,
   concurrency rejected): ``UNAVAILABLE``;
 - no delivered coverage: ``NOTHING_TO_VERIFY``;
-- a scan that ran: ``VERIFIED``, ``LOST`` (missing from a snapshot of the settled version),
-  ``INCOMPLETE`` (missing, maybe still committing) or ``DUPLICATED`` (all there, some twice);
+- a scan that ran: ``VERIFIED``, ``LOST`` (missing, and the Delta log shows them held at the version the
+  snapshot reflects or removed after delivery: ``readback/lost.py``), ``INCOMPLETE`` (missing, not
+  committed yet) or ``DUPLICATED`` (all there, some twice);
 - everything else (configuration, credentials, reserved columns absent, bugs): ``FAILED``, at once.
 """
 
@@ -41,6 +42,7 @@ from zerobus_orchestration.errors import (
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.readback.coverage_check import DEFAULT_SAMPLE_SIZE
 from zerobus_orchestration.readback.endpoint import IcebergEndpoint
+from zerobus_orchestration.readback.lost import MissingExplainer, lost_message
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
 from zerobus_orchestration.readback.verify import ReadbackReport, verify_coverage
 from zerobus_orchestration.readback.visibility import DEFAULT_WAIT, VisibilityProbe, WaitPolicy
@@ -82,24 +84,16 @@ def outcome_of_error(exc: BaseException, table: str) -> ReadbackOutcome:
 
 
 def outcome_of_report(report: ReadbackReport) -> ReadbackOutcome:
-    """A scan that ran: verified; delivered rows lost (missing from the settled snapshot); missing, so
-    maybe still committing (``INCOMPLETE``); or all there but some twice (``DUPLICATED``)."""
+    """A scan that ran: verified; delivered rows lost (the Delta log shows them held at the snapshot's
+    version, or removed after delivery); missing and not committed yet (``INCOMPLETE``); or all there but
+    some twice (``DUPLICATED``)."""
     data = report.as_dict()
     table = report.table
     if report.verified:
         return ReadbackOutcome(ReadbackStatus.VERIFIED, table, f"{table}: read-back verified", data)
     if report.lost_ranges:
-        first = report.lost_ranges[0]
-        return ReadbackOutcome(
-            ReadbackStatus.LOST,
-            table,
-            f"{table}: {data['lost_rows']} delivered row(s) in {len(report.lost_ranges)} range(s) are LOST: "
-            f"missing from the Iceberg snapshot of Delta version {report.iceberg_delta_version}, which "
-            f"reflects Delta version {report.settled_version} that held every delivered row (deleted, or "
-            f"never committed), so no later snapshot brings them; first: source {first.key.source!r} "
-            f"positions {first.span.start}..{first.span.end - 1}; re-run the write to resume them",
-            data,
-        )
+        message = lost_message(table, report.lost_ranges, report.iceberg_delta_version)
+        return ReadbackOutcome(ReadbackStatus.LOST, table, message, data)
     if report.missing_ranges:
         return ReadbackOutcome(
             ReadbackStatus.INCOMPLETE,
@@ -134,7 +128,7 @@ def judge_once(
     policy: WaitPolicy = DEFAULT_WAIT,
     partition_column: str | None = None,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
-    settled_version: int | None = None,
+    explain_missing: MissingExplainer | None = None,
     emitted_since: dt.datetime | None = None,
 ) -> ReadbackOutcome:
     """One non-blocking attempt at ``verify_coverage``, judged; never raises for a read-back failure.
@@ -159,7 +153,7 @@ def judge_once(
             policy=once,
             partition_column=partition_column,
             sample_size=sample_size,
-            settled_version=settled_version,
+            explain_missing=explain_missing,
             emitted_since=emitted_since,
         )
     except Exception as exc:  # judged, not swallowed: the outcome carries the type and the message

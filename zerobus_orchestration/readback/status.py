@@ -4,12 +4,17 @@ One attempt at verifying coverage against the table ends in exactly one ``Readba
 
 - ``NOT_VISIBLE_YET``: Iceberg has not caught up with the Delta version the writer saw (or the table is
   not there yet). Wait.
-- ``INCOMPLETE``: the snapshot is visible but covered rows are missing from it. Zerobus commits
-  acknowledged rows asynchronously, so they may still be on their way: wait until the caller's deadline,
-  then report the gap (the outcome carries the report with the missing ranges).
-- ``LOST``: covered rows are missing from a snapshot that reflects a Delta version known to hold every
-  delivered row (the settled version: embedded, the emulator committed all it acknowledged). No later
-  snapshot brings them back: they were deleted, or never committed. Alert; re-run the write to resume.
+- ``INCOMPLETE``: the snapshot is visible but covered rows are missing from it, and the table's Delta log
+  shows them in no version up to the one the snapshot reflects. Zerobus commits acknowledged rows
+  asynchronously (time to table, P95 <= 30 s), so they may still be on their way: wait until the
+  caller's deadline, then report the gap (the outcome carries the report with the missing ranges).
+- ``LOST``: covered rows are missing from a snapshot that reflects Delta version ``S`` (its summary's
+  ``delta-version``; in production Unity Catalog's ``converted_delta_version``), and the Delta log shows
+  why no later snapshot brings them back: Delta holds them at ``S`` (the Iceberg side lacks them), or a
+  row-removal commit (``DELETE``, ``MERGE``, ``UPDATE``, ``RESTORE``, ``TRUNCATE``) took them after
+  delivery, named in the message and ``lost_ranges``. Decided the same way embedded, against
+  ``zerobus-orch serve`` and in production, on the first snapshot that shows it (one mirror cycle), not at
+  the deadline. Alert; docs/runbook.md says what to do.
 - ``DUPLICATED``: every covered row is there, some more than once (at-least-once re-sends after a
   reconnect or a crash). Not verified: the report carries the count and a sample;
   ``zerobus-orch repair --dedupe`` removes the extra copies (docs/runbook.md).
@@ -102,7 +107,8 @@ class ReadbackOutcome:
 
     @property
     def lost_ranges(self) -> list[dict[str, Any]]:
-        """Missing ranges judged lost (``LOST``): the settled snapshot lacks them."""
+        """Missing ranges judged lost (``LOST``), each with its ``cause`` (``deleted``: by the commit at
+        ``removed_at_version`` with ``operation``; ``not_in_iceberg``: Delta holds them)."""
         ranges = (self.report or {}).get("lost_ranges")
         return list(ranges) if isinstance(ranges, list) else []
 

@@ -2,7 +2,9 @@
 
 In production the Delta version the writer observed is only a lower bound (Zerobus commits acknowledged
 rows asynchronously), so covered rows still missing are looked for again in newer snapshots until the
-deadline before they are reported missing.
+deadline before they are reported missing. Unless they are lost: the caller's ``MissingExplainer``
+(``readback/lost.py``) reads the table's Delta log at the version the snapshot reflects, and rows Delta
+held there, or that a row-removal commit took after delivery, end the wait at once with a lost verdict.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from zerobus_orchestration.readback.coverage_check import (
     check_coverage,
 )
 from zerobus_orchestration.readback.endpoint import IcebergEndpoint, require_columns
+from zerobus_orchestration.readback.lost import LostRange, MissingExplainer
 from zerobus_orchestration.readback.visibility import (
     DEFAULT_WAIT,
     SnapshotSummaryProbe,
@@ -45,8 +48,10 @@ from zerobus_orchestration.tables import TableName
 class ReadbackReport:
     """What read-back found. ``verified`` means every covered range is present in the Iceberg scan, each
     row once; duplicates (at-least-once re-sends) fail it, rows outside coverage are only reported.
-    ``lost_ranges``: the missing ranges when the scanned snapshot reflects ``settled_version`` (a Delta
-    version known to hold every delivered row), so no later snapshot can bring them."""
+    ``iceberg_delta_version``: the Delta version the scanned snapshot reflects (its summary's, else at
+    least the probe's). ``lost_ranges``: the missing ranges the table's Delta log shows lost (held at that
+    version, or removed after delivery), so no later snapshot can bring them; the other missing ranges
+    were not committed yet."""
 
     table: str
     delta_version_expected: int
@@ -60,8 +65,7 @@ class ReadbackReport:
     rows_outside_coverage: int
     outside_sample: tuple[RowRef, ...]
     verified: bool
-    settled_version: int | None = None
-    lost_ranges: tuple[MissingRange, ...] = ()
+    lost_ranges: tuple[LostRange, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (Dagster metadata, Airflow XCom, CLI output)."""
@@ -74,8 +78,7 @@ class ReadbackReport:
             "rows_scanned": self.rows_scanned,
             "missing_ranges": [_range_dict(m) for m in self.missing_ranges],
             "missing_rows": sum(len(m.span) for m in self.missing_ranges),
-            "settled_version": self.settled_version,
-            "lost_ranges": [_range_dict(m) for m in self.lost_ranges],
+            "lost_ranges": [lost.as_dict() for lost in self.lost_ranges],
             "lost_rows": sum(len(m.span) for m in self.lost_ranges),
             "duplicate_count": self.duplicate_count,
             "duplicate_sample": [_row_dict(r) for r in self.duplicate_sample],
@@ -111,7 +114,7 @@ def verify_coverage(
     policy: WaitPolicy = DEFAULT_WAIT,
     partition_column: str | None = None,
     sample_size: int = DEFAULT_SAMPLE_SIZE,
-    settled_version: int | None = None,
+    explain_missing: MissingExplainer | None = None,
     emitted_since: dt.datetime | None = None,
 ) -> ReadbackReport:
     """Wait until Iceberg reflects ``delta_version`` (or force it), scan, and check ``coverage``.
@@ -119,9 +122,9 @@ def verify_coverage(
     ``coverage`` maps each key to its delivered ranges (``CoverageStore`` output). ``probe`` defaults
     to the snapshot-summary probe over the same endpoint; pass a ``CallableProbe`` over UC's
     ``converted_delta_version`` in production. Raises ``ReadbackTimeoutError`` at the deadline.
-    ``settled_version``: a Delta version known to hold every delivered row; a row missing from a snapshot
-    that reflects it is lost (reported at once in ``lost_ranges``), not late. ``None`` (production: Zerobus
-    commits asynchronously) looks again at newer snapshots until the deadline.
+    ``explain_missing``: asked, for the ranges a snapshot lacks, which are lost (``readback/lost.py``);
+    any lost ends the wait at once (``lost_ranges``), the rest are looked for again in newer snapshots
+    until the deadline. ``None``: every missing range is waited for.
     ``emitted_since``: no row of ``coverage``'s keys was stamped before it (``resume.truth.emission_bound``):
     the scan reads only data files holding rows stamped since (their ``_twg_emit_ts`` bounds in the
     Iceberg manifests), not the table's whole history.
@@ -130,53 +133,68 @@ def verify_coverage(
     start = time.monotonic()
     if force:
         endpoint.force_sync(name.full_name)
-    visible = wait_for_delta_version(probe or SnapshotSummaryProbe(endpoint), table, delta_version, policy)
+    probe = probe or SnapshotSummaryProbe(endpoint)
+    visible = wait_for_delta_version(probe, table, delta_version, policy)
     deadline = start + policy.timeout_s
-    looks: list[tuple[IcebergTable, pa.Table, CoverageCheck]] = []
+    looks: list[_Look] = []
+    # The probe's last word, read before the next load: the snapshot loaded then reflects at least it.
+    probed = [visible.delta_version]
+    explained: dict[tuple[int, tuple[MissingRange, ...]], tuple[LostRange, ...]] = {}
 
     def complete() -> bool | None:
         loaded = _load_visible(endpoint, table, delta_version, deadline, policy)
         rows = _scan_sources(loaded, table, coverage, partition_column, emitted_since)
         check = check_coverage(rows, coverage, partition_column=partition_column, sample_size=sample_size)
-        looks.append((loaded, rows, check))
-        return True if not check.missing or _settled(loaded, settled_version) else None
+        seen = summary_delta_version(loaded)
+        reflects = seen if seen is not None else probed[0]
+        lost: tuple[LostRange, ...] = ()
+        if check.missing and explain_missing is not None:
+            # A Delta version never changes: one answer per version and missing set, however many looks.
+            asked = (reflects, check.missing)
+            if asked not in explained:
+                explained[asked] = tuple(explain_missing(check.missing, reflects))
+            lost = explained[asked]
+        looks.append(_Look(loaded, rows, check, reflects, lost))
+        done = not check.missing or bool(lost)
+        if not done and seen is None:  # production: the summary names no version, the probe does
+            latest = probe.converted_delta_version(table)
+            probed[0] = max(probed[0], latest if latest is not None else probed[0])
+        return True if done else None
 
     # In production ``delta_version`` is only a lower bound (Zerobus commits acknowledged rows
     # asynchronously, P95 time to table ~30 s), so rows may still be on their way into a later
-    # commit: look again at newer snapshots until the deadline instead of reporting them missing.
+    # commit: look again at newer snapshots until the deadline instead of reporting them missing,
+    # unless the Delta log says they are lost.
     poll_until(complete, timeout_s=deadline - time.monotonic(), backoff=policy.backoff)
-    loaded, rows, check = looks[-1]
-    snapshot = loaded.current_snapshot()
-    seen = summary_delta_version(loaded)
-    # A production probe (UC's converted_delta_version) may reflect the settled version while the
-    # snapshot summary carries no Delta version: the wait above already established the probe's.
-    settled = _settled(loaded, settled_version) or (
-        seen is None and settled_version is not None and visible.delta_version >= settled_version
-    )
+    look = looks[-1]
+    snapshot = look.loaded.current_snapshot()
+    check = look.check
     return ReadbackReport(
         table=name.full_name,
         delta_version_expected=delta_version,
-        iceberg_delta_version=seen if seen is not None else visible.delta_version,
+        iceberg_delta_version=look.reflects,
         snapshot_id=snapshot.snapshot_id if snapshot is not None else None,
         waited_s=time.monotonic() - start,
-        rows_scanned=rows.num_rows,
+        rows_scanned=look.rows.num_rows,
         missing_ranges=check.missing,
         duplicate_count=check.duplicate_count,
         duplicate_sample=check.duplicate_sample,
         rows_outside_coverage=check.rows_outside_coverage,
         outside_sample=check.outside_sample,
         verified=not check.missing and not check.duplicate_count,
-        settled_version=settled_version,
-        lost_ranges=check.missing if settled else (),
+        lost_ranges=look.lost,
     )
 
 
-def _settled(loaded: IcebergTable, settled_version: int | None) -> bool:
-    """The snapshot reflects a Delta version that holds every delivered row."""
-    if settled_version is None:
-        return False
-    seen = summary_delta_version(loaded)
-    return seen is not None and seen >= settled_version
+@dataclass(frozen=True)
+class _Look:
+    """One scan of the current snapshot: what it showed, the Delta version it reflects, what is lost."""
+
+    loaded: IcebergTable
+    rows: pa.Table
+    check: CoverageCheck
+    reflects: int
+    lost: tuple[LostRange, ...]
 
 
 def _scan_sources(

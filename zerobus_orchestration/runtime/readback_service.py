@@ -11,8 +11,13 @@ What to verify, first found wins (``ExpectedFrom``):
 2. the same-host coverage cache, when this host has one (the runtime's own service always does);
 3. the table's own truth: every durable row carries ``(_twg_source, _twg_offset)``, so the delivered
    ranges are read from the Delta log (``table_truth``). Read-back then checks that everything durable
-   in Delta is visible through Iceberg, reports positions Delta itself lacks as not durable, and counts
-   duplicates.
+   in Delta is visible through Iceberg, reports positions Delta itself lacks as not durable (or lost,
+   when a row-removal commit took them), and counts duplicates.
+
+Lost or late, the same way in every mode: delivered positions a snapshot lacks are looked up in the
+table's Delta log at the version the snapshot reflects (``coverage/absence.py``, only on that missing
+path): held there, or taken by a row-removal commit after delivery, they are ``LOST``; in no version, not
+committed yet (``INCOMPLETE``, waited for until the caller's deadline).
 
 Embedded mode reads through the emulator's Iceberg REST facade: the runtime hands its own emulator over;
 ``from_config`` gets one through ``embedded.readback_emulator`` only when first needed (the warehouse's
@@ -42,6 +47,7 @@ from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.errors import ConfigError, NothingToVerifyError, ReadbackTimeoutError
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.readback.coverage_check import MissingRange
+from zerobus_orchestration.readback.lost import LostCause, LostRange, MissingExplainer, lost_message
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
 from zerobus_orchestration.resume.truth import emission_bound
 from zerobus_orchestration.tables import TableName
@@ -78,6 +84,7 @@ class Expected:
     coverage: dict[CoverageKey, tuple[OffsetRange, ...]]
     origin: ExpectedFrom
     not_durable: tuple[MissingRange, ...] = ()  # positions the table itself lacks (table truth only)
+    deleted: tuple[LostRange, ...] = ()  # of those, the ones a row-removal commit took (table truth only)
     # No row of these keys was stamped before it (``resume.truth.emission_bound``): the scan reads only
     # files of rows stamped since. None: unknown, every file whose tag statistics admit them is read.
     emitted_since: dt.datetime | None = None
@@ -300,7 +307,7 @@ class ReadbackService:
             delta_version=expected_version if expected_version is not None else 0,
             probe=probe,
             policy=WaitPolicy.from_config(self.config.readback),
-            settled_version=self._settled(expected_version),
+            explain_missing=self._explainer(name, expected.emitted_since),
             emitted_since=expected.emitted_since,
         )
         judged = _with_expected(outcome, expected)
@@ -343,7 +350,7 @@ class ReadbackService:
                 delta_version=expected_version if expected_version is not None else 0,
                 policy=self._policy(wait_s),
                 force=self.config.readback.force_metadata if force is None else force,
-                settled_version=self._settled(expected_version),
+                explain_missing=self._explainer(name, expected.emitted_since),
                 emitted_since=expected.emitted_since,
             )
         except Exception as exc:  # judged, not swallowed: the outcome carries the type and the message
@@ -421,15 +428,49 @@ class ReadbackService:
                 self._own_emulator = embedded.readback_emulator(self.config)
             return self._own_emulator
 
-    def _settled(self, version: int | None) -> int | None:
-        """The Delta version known to hold every delivered row, if one is known.
+    def _explainer(self, name: str, emitted_since: dt.datetime | None) -> MissingExplainer:
+        """Which missing ranges are lost, from ``name``'s own Delta log (``coverage/absence.py``).
 
-        Embedded: ``delta_version`` had the emulator commit everything it acknowledged, so ``version``
-        holds every row any write delivered; a row missing once Iceberg reflects it is lost, not late.
-        Production: Zerobus commits acknowledged rows asynchronously and says nothing of when, so no
-        version is known to be settled and missing rows stay ``INCOMPLETE`` until the caller's deadline.
+        Called only for ranges a scan lacks, so a verified read-back never reads the Delta table here.
+        The same rule embedded, against ``zerobus-orch serve`` and in production: what the emulator
+        acknowledged is not assumed committed (a service may commit late), only what Delta shows counts.
         """
-        return version if version is not None and self._emulator() is not None else None
+
+        def explain(missing: Sequence[MissingRange], reflects: int) -> tuple[LostRange, ...]:
+            reader = table_truth.reader_for(self.catalog, self.config, name)
+            if reader is None:  # the table is gone since the scan: nothing to read it by
+                return ()
+            return self._lost(reader, missing, reflects, emitted_since)
+
+        return explain
+
+    def _lost(
+        self,
+        reader: table_truth.TableReader,
+        missing: Sequence[MissingRange],
+        reflects: int,
+        emitted_since: dt.datetime | None,
+        *,
+        deleted_only: bool = False,
+    ) -> tuple[LostRange, ...]:
+        """``missing`` explained by the Delta log, as read-back's lost ranges (``deleted_only``: only the
+        ones a row-removal commit took)."""
+        from zerobus_orchestration.coverage import absence
+
+        keys = {m.key.source: m.key for m in missing}  # a key's source is its ``_twg_source`` tag
+        by_tag: dict[str, list[OffsetRange]] = {}
+        for m in missing:
+            by_tag.setdefault(m.key.source, []).append(m.span)
+        found = absence.explain(
+            reader, by_tag, reflects=reflects, emitted_since=emitted_since, margin_s=self._margin_s
+        )
+        lost: list[LostRange] = []
+        for a in found:
+            if a.cause is absence.Cause.DELETED:
+                lost.append(LostRange(keys[a.tag], a.span, LostCause.DELETED, a.removed_at, a.operation))
+            elif a.cause is absence.Cause.IN_DELTA and not deleted_only:
+                lost.append(LostRange(keys[a.tag], a.span, LostCause.NOT_IN_ICEBERG))
+        return tuple(lost)
 
     def _service_principal(self) -> DatabricksOAuthHeader:
         from zerobus_orchestration.readback.auth import DatabricksOAuthHeader
@@ -483,10 +524,27 @@ class ReadbackService:
             raise self._nothing(name, source, partition, "the table holds no row of it")
         key = CoverageKey(SINK_ID, source_tag(source, partition), partition)
         # Positions are counted from 0 within (source, partition): a hole is a row that never became
-        # durable (a write that did not finish), not one Iceberg is still catching up with.
-        holes = intervals.gaps_between(delivered, 0, max(span.end for span in delivered))
+        # durable (a write that did not finish), not one Iceberg is still catching up with, unless a
+        # row-removal commit took it after delivery (then it is lost).
+        holes = tuple(MissingRange(key, h) for h in intervals.gaps_between(delivered, 0, delivered[-1].end))
+        # Only a hole costs a look at the log (a verified read-back reads nothing more). Its version is read
+        # after the rows: a hole's rows committed since are held there, not deleted, and stay not durable.
+        deleted: tuple[LostRange, ...] = ()
+        if holes:
+            at = table_truth.table_version(reader)
+            deleted = self._lost(reader, holes, at, earliest, deleted_only=True)
+        taken = [lost.span for lost in deleted]
+        not_durable = tuple(
+            MissingRange(key, part)
+            for hole in holes
+            for part in intervals.gaps_between(taken, hole.span.start, hole.span.end)
+        )
         return Expected(
-            {key: delivered}, ExpectedFrom.TABLE, tuple(MissingRange(key, h) for h in holes), earliest
+            {key: delivered},
+            ExpectedFrom.TABLE,
+            not_durable=not_durable,
+            deleted=deleted,
+            emitted_since=earliest,
         )
 
     @staticmethod
@@ -522,7 +580,8 @@ class ReadbackService:
 
 def _with_expected(outcome: ReadbackOutcome, expected: Expected) -> ReadbackOutcome:
     """``outcome`` saying where its expected ranges came from; positions the table itself lacks make
-    a verified scan ``INCOMPLETE`` (a write did not finish: resume it), listed as ``not_durable``."""
+    a verified scan ``INCOMPLETE`` (a write did not finish: resume it), listed as ``not_durable``, or
+    ``LOST`` when a row-removal commit took them (``deleted``)."""
     if outcome.report is None:
         return outcome
     report: dict[str, Any] = dict(outcome.report)
@@ -530,28 +589,40 @@ def _with_expected(outcome: ReadbackOutcome, expected: Expected) -> ReadbackOutc
     if expected.latest_run is not None:
         report["latest_run"] = expected.latest_run
     report["expected_rows"] = sum(len(span) for spans in expected.coverage.values() for span in spans)
-    not_durable: list[dict[str, Any]] = [
-        {
-            "sink": m.key.sink,
-            "source": m.key.source,
-            "partition": m.key.partition,
-            "start": m.span.start,
-            "end": m.span.end,
-        }
-        for m in expected.not_durable
-    ]
+    not_durable = [_range_dict(m.key, m.span) for m in expected.not_durable]
     report["not_durable_ranges"] = not_durable
-    if not not_durable:
-        return replace(outcome, report=report)
-    rows = sum(int(m["end"]) - int(m["start"]) for m in not_durable)
-    report["missing_ranges"] = [*report.get("missing_ranges", []), *not_durable]
-    report["missing_rows"] = int(report.get("missing_rows", 0)) + rows
-    report["verified"] = False
-    status = outcome.status
-    if status in (ReadbackStatus.VERIFIED, ReadbackStatus.DUPLICATED):
-        status = ReadbackStatus.INCOMPLETE
-    message = (
-        f"{outcome.table}: {rows} position(s) in {len(not_durable)} range(s) are not in the table's Delta "
-        "log (not durable: a write did not finish; re-run it to resume); " + outcome.message
-    )
+    status, message = outcome.status, outcome.message
+    if not_durable:
+        rows = sum(len(m.span) for m in expected.not_durable)
+        report["missing_ranges"] = [*report.get("missing_ranges", []), *not_durable]
+        report["missing_rows"] = int(report.get("missing_rows", 0)) + rows
+        report["verified"] = False
+        if status in (ReadbackStatus.VERIFIED, ReadbackStatus.DUPLICATED):
+            status = ReadbackStatus.INCOMPLETE
+        message = (
+            f"{outcome.table}: {rows} position(s) in {len(not_durable)} range(s) are not in the table's "
+            "Delta log (not durable: a write did not finish; re-run it to resume); " + message
+        )
+    if expected.deleted:
+        # Holes a row-removal commit made: lost, whatever the scan said of the rest.
+        deleted = [lost.as_dict() for lost in expected.deleted]
+        rows = sum(len(lost.span) for lost in expected.deleted)
+        report["lost_ranges"] = [*report.get("lost_ranges", []), *deleted]
+        report["lost_rows"] = int(report.get("lost_rows", 0)) + rows
+        report["missing_ranges"] = [*report.get("missing_ranges", []), *deleted]
+        report["missing_rows"] = int(report.get("missing_rows", 0)) + rows
+        report["verified"] = False
+        reflects = int(report.get("iceberg_delta_version") or 0)
+        message = f"{lost_message(outcome.table, expected.deleted, reflects)}; {message}"
+        status = ReadbackStatus.LOST
     return replace(outcome, status=status, message=message, report=report)
+
+
+def _range_dict(key: CoverageKey, span: OffsetRange) -> dict[str, Any]:
+    return {
+        "sink": key.sink,
+        "source": key.source,
+        "partition": key.partition,
+        "start": span.start,
+        "end": span.end,
+    }

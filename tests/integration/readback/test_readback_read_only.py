@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from zerobus_orchestration.config import CoverageConfig, ZerobusConfig
 from zerobus_orchestration.ranges import OffsetRange
@@ -21,6 +22,7 @@ from zerobus_orchestration.readback.status import ReadbackStatus
 from zerobus_orchestration.runtime.facade import ZerobusRuntime
 from zerobus_orchestration.runtime.readback_service import ExpectedFrom, ReadbackService
 from zerobus_orchestration.runtime.registry import readback_service, running_runtime
+from zerobus_orchestration.tables import table_uri
 from zerobus_orchestration.testing.settings import embedded_test_config
 
 TABLE = "main.raw.read_only"
@@ -117,6 +119,45 @@ def test_positions_missing_from_delta_itself_are_reported_not_durable(
     assert "not durable" in outcome.message and "resume" in outcome.message
 
 
+def test_a_verified_read_back_does_not_read_the_delta_log_for_lost_rows(
+    config: ZerobusConfig, service: ReadbackService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Telling lost from late reads the Delta log only for missing rows: a verified write pays nothing."""
+    from zerobus_orchestration.coverage import absence
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a verified read-back read the Delta log to explain missing rows")
+
+    _write(config, (_rows(40), "orders", "fine", True))
+    monkeypatch.setattr(absence, "explain", refuse)
+    assert service.verify(TABLE, source="orders", partition="fine", wait_s=30).verified  # table truth
+    record = service.verify_once(TABLE, source="orders", partition="fine", ranges=[OffsetRange(0, 40)])
+    assert record.status is ReadbackStatus.VERIFIED, record.message
+    # The guard is real: a missing row does ask it.
+    missing = service.verify_once(TABLE, source="orders", partition="fine", ranges=[OffsetRange(0, 41)])
+    assert missing.status is ReadbackStatus.FAILED and "read the Delta log" in missing.message
+
+
+def test_a_hole_a_delete_made_is_lost_not_undurable(config: ZerobusConfig, service: ReadbackService) -> None:
+    """From the table's truth alone, a hole a row-removal commit made is told from one a write left: the
+    rows were there before the delete, so they are lost (naming the delete), not "not durable"."""
+    _write(config, (_rows(50), "orders", "cut", True))
+    delta = DeltaTable(table_uri(config.warehouse, TABLE))
+    delta.delete("_twg_offset >= 20 AND _twg_offset < 30")
+    deleted_at = DeltaTable(table_uri(config.warehouse, TABLE)).version()
+
+    outcome = service.verify(TABLE, source="orders", partition="cut", wait_s=30)
+
+    assert outcome.status is ReadbackStatus.LOST, outcome.message
+    report = outcome.report or {}
+    assert report["expected_from"] == ExpectedFrom.TABLE.value and report["not_durable_ranges"] == []
+    assert [(m["start"], m["end"], m["removed_at_version"]) for m in outcome.lost_ranges] == [
+        (20, 30, deleted_at)
+    ]
+    assert "not durable" not in outcome.message
+    assert f"positions 20..29 deleted by Delta version {deleted_at} (DELETE)" in outcome.message
+
+
 def test_the_write_record_is_what_gets_verified(config: ZerobusConfig, service: ReadbackService) -> None:
     _write(config, (_rows(25), "orders", "rec", True))
     assert service.verify(TABLE, source="orders", partition="rec", wait_s=30).is_terminal  # past the lag
@@ -125,12 +166,12 @@ def test_the_write_record_is_what_gets_verified(config: ZerobusConfig, service: 
     assert exact.status is ReadbackStatus.VERIFIED, exact.message
     assert (exact.report or {})["expected_from"] == ExpectedFrom.RECORD.value
 
-    # A record claiming 5 rows the table does not hold: the record decides, not the table. The emulator
-    # committed everything it acknowledged and Iceberg shows that version: the 5 rows are lost, not late.
+    # A record claiming 5 rows the table does not hold: the record decides, not the table. The Delta log
+    # shows them in no version, so they may still be committing: late (INCOMPLETE), not lost.
     claimed = service.verify_once(TABLE, source="orders", partition="rec", ranges=[OffsetRange(0, 30)])
-    assert claimed.status is ReadbackStatus.LOST, claimed.message
+    assert claimed.status is ReadbackStatus.INCOMPLETE, claimed.message
     assert [(m["start"], m["end"]) for m in claimed.missing_ranges] == [(25, 30)]
-    assert [(m["start"], m["end"]) for m in claimed.lost_ranges] == [(25, 30)] and claimed.lost_rows == 5
+    assert claimed.lost_ranges == [] and claimed.lost_rows == 0
 
     empty = service.verify_once(TABLE, source="orders", partition="rec", ranges=[])
     assert empty.status is ReadbackStatus.NOTHING_TO_VERIFY

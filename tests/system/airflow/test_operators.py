@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 from airflow.sdk import DAG, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException, TaskDeferred
+from deltalake import DeltaTable
 
 from airflow_provider.hooks.zerobus import ZerobusHook
 from airflow_provider.operators.catalog import ZerobusPrimaryRawCheckOperator, ZerobusReconcileOperator
@@ -31,6 +32,7 @@ from airflow_provider.triggers.readback import ZerobusReadbackTrigger
 from zerobus_orchestration import files as files_module
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.runtime.facade import DEFAULT_SINK_ID, ZerobusRuntime, source_tag
+from zerobus_orchestration.tables import table_uri
 
 pytestmark = pytest.mark.integration
 
@@ -323,15 +325,46 @@ def test_trigger_waits_out_the_iceberg_lag_then_succeeds(hook: ZerobusHook, firs
     json.dumps(payload)
 
 
-def test_trigger_ends_at_once_with_the_lost_rows(hook: ZerobusHook, first_event: FirstEvent) -> None:
-    """Covered rows missing from a snapshot that reflects everything the emulator acknowledged are lost,
-    not late: the trigger stops polling on the first snapshot that shows it and reports an error event
-    carrying the lost ranges (the old trigger polled until its deadline, then reported a timeout)."""
+def test_trigger_keeps_waiting_for_covered_rows_then_times_out_with_the_gap(
+    hook: ZerobusHook, first_event: FirstEvent
+) -> None:
+    """Covered rows Iceberg does not show, and the Delta log shows in no version, may still be committing
+    (Zerobus commits asynchronously): the trigger keeps polling, and at its deadline reports a timeout
+    that carries the missing ranges, never a lost verdict."""
     table, source, partition = "main.raw.gap_orders", "gap/ingest", "manual__gap/-1"
     hook.write(table, _orders(0, 12), source=source, partition=partition)
     runtime = hook.get_conn()
     key = CoverageKey(DEFAULT_SINK_ID, source_tag(source, partition), partition)
-    runtime.coverage(table).record(key, OffsetRange(12, 20))  # claimed, never delivered
+    runtime.coverage(table).record(key, OffsetRange(12, 20))  # claimed, never committed
+    trigger = ZerobusReadbackTrigger(
+        table=table,
+        end_time=time.time() + 2.5,  # Iceberg shows rows 0-12 after ~0.6 s: several polls see the gap
+        source=source,
+        partition=partition,
+        poll_interval=0.1,
+        max_poll_interval=0.3,
+    )
+    payload = first_event(trigger)
+    assert payload["status"] == "timeout", payload
+    assert payload["polls"] >= 2 and "last attempt" in payload["message"]
+    assert "not all visible" in payload["message"] and "LOST" not in payload["message"]
+    missing = payload["report"]["missing_ranges"]
+    assert [(m["start"], m["end"]) for m in missing] == [(12, 20)]
+    assert payload["report"]["lost_ranges"] == []
+    json.dumps(payload)
+
+
+def test_trigger_ends_at_once_with_rows_deleted_after_the_write(
+    hook: ZerobusHook, first_event: FirstEvent
+) -> None:
+    """Rows deleted from the table after they were delivered are lost, not late: the trigger stops
+    polling on the first snapshot that shows the delete and reports an error event carrying the lost
+    ranges and the commit that removed them (the old trigger polled until its deadline)."""
+    table, source, partition = "main.raw.deleted_orders", "gap/ingest", "manual__gap/-1"
+    hook.write(table, _orders(0, 20), source=source, partition=partition)
+    uri = table_uri(hook.get_conn().config.warehouse, table)
+    DeltaTable(uri).delete("_twg_offset >= 12")
+    deleted_at = DeltaTable(uri).version()
     trigger = ZerobusReadbackTrigger(
         table=table,
         end_time=time.time() + 120,
@@ -343,9 +376,10 @@ def test_trigger_ends_at_once_with_the_lost_rows(hook: ZerobusHook, first_event:
     payload = first_event(trigger)
     assert payload["status"] == "error", payload
     assert payload["outcome"]["status"] == "lost" and "LOST" in payload["message"]
-    assert payload["waited_s"] < 60  # the first snapshot that shows the write decides, not the deadline
+    assert f"deleted by Delta version {deleted_at} (DELETE)" in payload["message"]
+    assert payload["waited_s"] < 60  # the first snapshot that shows the delete decides, not the deadline
     lost = payload["report"]["lost_ranges"]
-    assert [(m["start"], m["end"]) for m in lost] == [(12, 20)]
+    assert [(m["start"], m["end"], m["removed_at_version"]) for m in lost] == [(12, 20, deleted_at)]
     json.dumps(payload)
 
 

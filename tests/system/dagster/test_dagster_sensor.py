@@ -6,11 +6,13 @@ from pathlib import Path
 
 import dagster as dg
 import pyarrow as pa
+from deltalake import DeltaTable
 
 from dagster_defs import ZerobusIOManager, ZerobusResource, build_readback_sensor, build_zerobus_definitions
 from dagster_defs.naming import RESUME_PARTITION_TAG, RESUME_SOURCE_TAG
 from dagster_defs.sensors import RECOVERY_TAG, ReadbackCursor
 from tests.support.dagster_support import fast_config
+from zerobus_orchestration.tables import table_uri
 
 CLICKS_KEY = dg.AssetKey(["raw", "clicks"])
 LAG_S = 1.5  # long enough that the first tick right after the durable write sees nothing in Iceberg
@@ -184,10 +186,10 @@ def test_readback_check_in_a_job_waits_for_iceberg_and_passes(tmp_path: Path) ->
     assert sensor.asset_selection is not None
 
 
-def test_delivered_rows_missing_from_the_settled_snapshot_fail_the_check_at_once(tmp_path: Path) -> None:
-    """Delivered rows missing from a snapshot that reflects everything the emulator acknowledged are
-    lost, not late: the check fails on the first tick, even with a ``max_lag_s`` of ten minutes (the
-    old sensor waited it out), with no recovery run.
+def test_covered_rows_not_visible_wait_until_max_lag_then_fail_the_check(tmp_path: Path) -> None:
+    """Zerobus commits acknowledged rows asynchronously: delivered rows missing from the snapshot that
+    the Delta log shows in no version are not committed yet, so they are waited for (cursor unchanged, no
+    recovery) until ``max_lag_s``, then judged as a failed check, never lost.
 
     What was delivered is the materialisation's own record (its ``zerobus/*`` offsets), not a coverage
     file of the verifying host: a record claiming 10 rows beyond the 300 written stands for them."""
@@ -196,7 +198,7 @@ def test_delivered_rows_missing_from_the_settled_snapshot_fail_the_check_at_once
     written = instance.fetch_materializations(CLICKS_KEY, limit=1).records[0]
     assert written.asset_materialization is not None
     claimed = {k: v.value for k, v in written.asset_materialization.metadata.items()}
-    claimed.update({"zerobus/offset_end": 310, "zerobus/rows_written": 310})  # 10 never delivered
+    claimed.update({"zerobus/offset_end": 310, "zerobus/rows_written": 310})  # 10 never committed
     instance.report_runless_asset_event(
         dg.AssetMaterialization(
             asset_key=CLICKS_KEY,
@@ -208,13 +210,45 @@ def test_delivered_rows_missing_from_the_settled_snapshot_fail_the_check_at_once
     cursor = start.dumps()
 
     patient = build_readback_sensor([CLICKS_KEY], check_name="iceberg_readback", max_lag_s=600)
-    judged = _tick(patient, instance, zerobus, cursor)
+    waiting = _tick(patient, instance, zerobus, cursor)
+    assert isinstance(waiting, dg.SkipReason), "missing rows may still be committing: wait"
+    assert "10 delivered row(s)" in (waiting.skip_message or "")
+
+    impatient = build_readback_sensor([CLICKS_KEY], check_name="iceberg_readback", max_lag_s=0.0)
+    judged = _tick(impatient, instance, zerobus, cursor)
     assert isinstance(judged, dg.SensorResult) and not judged.run_requests
     observation, evaluation = judged.asset_events
     assert isinstance(evaluation, dg.AssetCheckEvaluation) and not evaluation.passed
-    assert "LOST" in (evaluation.description or "") and "300..309" in (evaluation.description or "")
+    assert "LOST" not in (evaluation.description or "")
     meta = {k: v.value for k, v in observation.metadata.items()}
     assert meta["readback/verified"] is False and meta["readback/missing_rows"] == 10
-    assert meta["readback/lost_rows"] == 10
+    assert meta["readback/lost_rows"] == 0
     record = instance.fetch_materializations(CLICKS_KEY, limit=1).records[0]
     assert ReadbackCursor.parse(judged.cursor).of("raw/clicks").verified == record.storage_id
+
+
+def test_rows_deleted_after_the_write_fail_the_check_at_once(tmp_path: Path) -> None:
+    """Rows deleted from the table after they were delivered are lost, not late: the check fails on the
+    first tick whose snapshot shows the delete, even with a ``max_lag_s`` of ten minutes (the sensor
+    used to wait it out), naming the rows and the commit that removed them, with no recovery run."""
+    zerobus, instance, _ = _setup(tmp_path)
+    assert zerobus.runtime.verify("main.raw.clicks", source="raw/clicks").verified
+    uri = table_uri(zerobus.runtime.config.warehouse, "main.raw.clicks")
+    DeltaTable(uri).delete("_twg_offset >= 100 AND _twg_offset < 110")
+    deleted_at = DeltaTable(uri).version()
+
+    patient = build_readback_sensor([CLICKS_KEY], check_name="iceberg_readback", max_lag_s=600)
+    deadline = time.monotonic() + 30
+    judged = _tick(patient, instance, zerobus, None)
+    while isinstance(judged, dg.SkipReason) and time.monotonic() < deadline:
+        assert "not visible" in (judged.skip_message or ""), judged.skip_message  # only the Iceberg lag
+        time.sleep(0.2)
+        judged = _tick(patient, instance, zerobus, None)
+    assert isinstance(judged, dg.SensorResult) and not judged.run_requests, judged
+    observation, evaluation = judged.asset_events
+    assert isinstance(evaluation, dg.AssetCheckEvaluation) and not evaluation.passed
+    description = evaluation.description or ""
+    assert "LOST" in description and "100..109" in description
+    assert f"deleted by Delta version {deleted_at} (DELETE)" in description
+    meta = {k: v.value for k, v in observation.metadata.items()}
+    assert meta["readback/verified"] is False and meta["readback/lost_rows"] == 10

@@ -19,6 +19,7 @@ from deltalake import DeltaTable
 
 from zerobus_orchestration.config import ReadbackConfig
 from zerobus_orchestration.readback.status import ReadbackStatus
+from zerobus_orchestration.runtime.dedupe import dedupe
 from zerobus_orchestration.runtime.facade import ZerobusRuntime
 from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes
 from zerobus_orchestration.tables import table_uri
@@ -73,14 +74,83 @@ def test_rows_deleted_from_a_verified_partition_are_lost_within_one_mirror_cycle
     assert set(seen[:-1]) <= {ReadbackStatus.NOT_VISIBLE_YET}, seen
     assert outcome.status is ReadbackStatus.LOST, outcome.message
     report = outcome.report or {}
-    assert report["iceberg_delta_version"] == deleted_at and report["settled_version"] == deleted_at
+    assert report["iceberg_delta_version"] == deleted_at
     assert [(m["start"], m["end"]) for m in outcome.lost_ranges] == [(100, 150)] and outcome.lost_rows == 50
+    (lost,) = outcome.lost_ranges
+    assert (lost["cause"], lost["removed_at_version"], lost["operation"]) == ("deleted", deleted_at, "DELETE")
     assert TABLE in outcome.message and "LOST" in outcome.message and "100..149" in outcome.message
+    assert f"deleted by Delta version {deleted_at} (DELETE)" in outcome.message
+    assert "docs/runbook.md" in outcome.message
 
     # The waiting verb answers at once too, far before its deadline.
     waited = runtime.verify(TABLE, source=SOURCE, partition=PARTITION)
     assert waited.status is ReadbackStatus.LOST
     assert (waited.report or {})["waited_s"] < DEADLINE_S / 10
+
+    # What the message (and docs/runbook.md) says to do brings them back: a plain re-run sends nothing
+    # (its coverage says every row was delivered); one with resume off sends all again, and the repair
+    # keeps one copy of each.
+    assert "--no-resume" in outcome.message and "repair --dedupe" in outcome.message
+    assert runtime.write(TABLE, _events(1_000), source=SOURCE, partition=PARTITION).rows_written == 0
+    again = runtime.write(TABLE, _events(1_000), source=SOURCE, partition=PARTITION, resume=False)
+    assert again.rows_written == 1_000
+    assert runtime.verify(TABLE, source=SOURCE, partition=PARTITION).status is ReadbackStatus.DUPLICATED
+    assert (
+        dedupe(runtime.catalog, runtime.config, TABLE, source=SOURCE, partition=PARTITION).removed_rows == 950
+    )
+    repaired = runtime.verify(TABLE, source=SOURCE, partition=PARTITION)
+    assert repaired.status is ReadbackStatus.VERIFIED and repaired.rows_scanned == 1_000
+
+
+HOLD_S = 8.0  # the commit delay: long enough for several looks at the snapshot without the held rows
+
+
+def test_acknowledged_rows_not_committed_yet_are_late_not_lost(tmp_path: Path) -> None:
+    """The service acknowledged every row but commits the later batches only ``HOLD_S`` after it wrote
+    them (emulator fault ``delay_commit``; asking it to commit now does not hurry it). The snapshot that
+    shows the first batches lacks the rest, and the Delta log shows them in no version: not committed
+    yet, so the verdict is ``INCOMPLETE`` (wait), never ``LOST``; once they are committed it verifies.
+    Before, embedded read-back took the version it had asked the emulator to commit as holding every
+    acknowledged row and called them lost on the first look."""
+    from zerobus_orchestration.emulator.faults import FaultKind, FaultSpec
+
+    config = embedded_test_config(
+        tmp_path / "wh",
+        iceberg_lag_s=0.5,
+        pool={"min_streams": 1},
+        readback=ReadbackConfig(wait_timeout_s=DEADLINE_S, poll_initial_s=0.05, poll_max_s=0.5),
+    )
+    runtime = acquire_runtime(config)
+    try:
+        assert runtime.emulator is not None
+        runtime.reconcile(TABLE, pa.schema([("id", pa.int64()), ("day", pa.string())]))
+        runtime.emulator.faults.add(
+            FaultSpec(kind=FaultKind.DELAY_COMMIT, table=TABLE, after_batches=2, delay_s=HOLD_S)
+        )
+        batches = [_events(2_000).slice(i * 100, 100).to_batches()[0] for i in range(20)]
+        held_from = time.monotonic()
+        result = runtime.write(TABLE, pa.Table.from_batches(batches), source=SOURCE, partition=PARTITION)
+        assert result.rows_written == 2_000  # every row acknowledged
+
+        seen: list[ReadbackStatus] = []
+        while time.monotonic() - held_from < HOLD_S - 2:
+            outcome = runtime.verify_once(TABLE, source=SOURCE, partition=PARTITION)
+            seen.append(outcome.status)
+            time.sleep(0.2)
+        # The fault acted: rows acknowledged and not in the table while it held them.
+        assert runtime.emulator.faults.actions_of(FaultKind.DELAY_COMMIT)
+        assert ReadbackStatus.INCOMPLETE in seen, seen
+        assert set(seen) <= {ReadbackStatus.NOT_VISIBLE_YET, ReadbackStatus.INCOMPLETE}, seen
+        late = runtime.verify_once(TABLE, source=SOURCE, partition=PARTITION)
+        if late.status is ReadbackStatus.INCOMPLETE:
+            assert late.lost_ranges == [] and late.missing_rows > 0 and "LOST" not in late.message
+
+        # The waiting verb waits them out and verifies once they are committed.
+        waited = runtime.verify(TABLE, source=SOURCE, partition=PARTITION)
+        assert waited.status is ReadbackStatus.VERIFIED, waited.message
+        assert waited.rows_scanned == 2_000
+    finally:
+        close_all_runtimes()
 
 
 def test_a_re_sent_copy_is_duplicated_not_verified(runtime: ZerobusRuntime) -> None:
@@ -116,7 +186,6 @@ def test_withheld_acks_leave_duplicates_the_result_counts_and_repair_removes(
     re-submits counted 0 before), read-back says DUPLICATED with the real count, and ``repair --dedupe``
     leaves each row once, after which read-back verifies."""
     from zerobus_orchestration.emulator.faults import FaultKind, FaultSpec
-    from zerobus_orchestration.runtime.dedupe import dedupe
     from zerobus_orchestration.testing.settings import FAULT_TEST_SDK_OPTIONS
 
     sdk = FAULT_TEST_SDK_OPTIONS.model_copy(
