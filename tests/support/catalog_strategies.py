@@ -21,18 +21,23 @@ NAMES = st.text(alphabet=st.sampled_from("ab_Z9 `'\";.,=é日\n"), min_size=1, m
 )
 
 
-# What the local backend can create: no character that needs column mapping (a space, ",;{}()=", a tab
-# or a newline), which Unity Catalog turns on and the local (delta-rs) backend refuses instead.
-LOCAL_NAMES = st.text(alphabet=st.sampled_from("ab_Z9`'\".é日-"), min_size=1, max_size=6).filter(
-    lambda n: n not in RESERVED_NAMES
+# What a write can send to a table without column mapping (the local backend's, which cannot have it):
+# names in [A-Za-z_][A-Za-z0-9_]*, and no array of arrays or maps, no map of arrays or maps (wire_schema).
+SENDABLE_NAMES = st.text(alphabet=st.sampled_from("ab_Z9"), min_size=1, max_size=6).filter(
+    lambda n: n not in RESERVED_NAMES and not n[0].isdigit()
 )
 
 
-def _schemas(names: st.SearchStrategy[str]) -> st.SearchStrategy[pa.Schema]:
+def _flat(t: pa.DataType) -> bool:
+    return not (pa.types.is_list(t) or pa.types.is_map(t))
+
+
+def _schemas(names: st.SearchStrategy[str], *, sendable: bool = False) -> st.SearchStrategy[pa.Schema]:
     def nested(children: st.SearchStrategy[pa.DataType]) -> st.SearchStrategy[pa.DataType]:
+        inner = children.filter(_flat) if sendable else children
         return st.one_of(
-            children.map(pa.list_),
-            st.tuples(st.sampled_from([pa.string(), pa.int32()]), children).map(lambda kv: pa.map_(*kv)),
+            inner.map(pa.list_),
+            st.tuples(st.sampled_from([pa.string(), pa.int32()]), inner).map(lambda kv: pa.map_(*kv)),
             st.lists(
                 st.tuples(names, children), min_size=1, max_size=3, unique_by=lambda f: f[0].lower()
             ).map(lambda fs: pa.struct([pa.field(n, t) for n, t in fs])),
@@ -45,4 +50,4 @@ def _schemas(names: st.SearchStrategy[str]) -> st.SearchStrategy[pa.Schema]:
 
 
 SCHEMAS = _schemas(NAMES)
-LOCAL_SCHEMAS = _schemas(LOCAL_NAMES)
+SENDABLE_SCHEMAS = _schemas(SENDABLE_NAMES, sendable=True)

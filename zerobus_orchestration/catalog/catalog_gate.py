@@ -28,8 +28,6 @@ from collections.abc import Callable, Mapping
 import pyarrow as pa
 
 from zerobus_orchestration.catalog.base import (
-    COLUMN_MAPPING_MODE,
-    COLUMN_MAPPING_MODES,
     PROP_SOURCE,
     DesiredTable,
     ReconcileOutcome,
@@ -38,10 +36,10 @@ from zerobus_orchestration.catalog.base import (
     TableTags,
 )
 from zerobus_orchestration.catalog.guard import conform_batch, refuse_unsendable
-from zerobus_orchestration.catalog.plan import plan
+from zerobus_orchestration.catalog.plan import column_mapping_after, plan
 from zerobus_orchestration.catalog.preconditions import primary_raw_conditions, require_conditions
 from zerobus_orchestration.catalog.projection import projected
-from zerobus_orchestration.catalog.steps import CreateTable, ReconcilePlan, SetProperty
+from zerobus_orchestration.catalog.steps import ReconcilePlan
 from zerobus_orchestration.config import CommentPolicy, Role
 from zerobus_orchestration.contracts import ContractDescriptions
 from zerobus_orchestration.errors import PreconditionsUnmetError
@@ -246,7 +244,7 @@ class CatalogGate:
         if not any(p.is_name for p in arrow_column_problems(schema, column_mapping=False)):
             return
         state = live(table) if callable(live) else live
-        mapped = _mapping_mode(state, the_plan or self.catalog.plan(table, desired))
+        mapped = column_mapping_after(state, the_plan or self.catalog.plan(table, desired))
         refuse_unsendable(table, schema, column_mapping=mapped, metrics=self.metrics)
 
     def conform(self, table: str, batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
@@ -287,13 +285,3 @@ class CatalogGate:
             # Claimed: sinks sharing this gate re-read the table once per interval, not once each.
             self._recheck_due[table] = now + self.recheck_interval_s
             return due is not None  # ``conform`` without ``ensure`` first: the timer starts now
-
-
-def _mapping_mode(live: TableState | None, plan: ReconcilePlan) -> bool:
-    for step in plan.steps:
-        if isinstance(step, CreateTable):
-            return step.properties.get(COLUMN_MAPPING_MODE, "none").lower() in COLUMN_MAPPING_MODES
-        if isinstance(step, SetProperty) and step.key == COLUMN_MAPPING_MODE:
-            return step.value.lower() in COLUMN_MAPPING_MODES
-    mode = live.properties.get(COLUMN_MAPPING_MODE, "none") if live is not None else "none"
-    return mode.lower() in COLUMN_MAPPING_MODES

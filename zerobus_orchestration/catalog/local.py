@@ -77,6 +77,7 @@ from zerobus_orchestration.catalog.plan import (
     WidenColumn,
     names_needing_column_mapping,
     plan,
+    unsendable_refusals,
 )
 from zerobus_orchestration.config import Role
 from zerobus_orchestration.errors import (
@@ -261,6 +262,8 @@ class LocalCatalog:
         mapped = [
             _refuse_column_mapping(the_plan.table, n) for n in names_needing_column_mapping(the_plan.steps)
         ]
+        if not mapped:  # a name that needs column mapping is refused above, whatever the wire says
+            mapped = list(unsendable_refusals(live, the_plan))
         primary_raw = desired.role is Role.PRIMARY_RAW or (live is not None and live.role is Role.PRIMARY_RAW)
         steps = [
             _refuse_widening(s) if isinstance(s, WidenColumn) and primary_raw else s for s in the_plan.steps

@@ -62,6 +62,7 @@ from zerobus_orchestration.type_map import (
     iceberg_legal_widening,
     roomy_decimal,
 )
+from zerobus_orchestration.wire_schema import arrow_column_problems
 
 WIDENING_FIX = (
     "set catalog.allow_widening = true in the [zerobus] config (environment: "
@@ -189,6 +190,39 @@ def names_needing_column_mapping(steps: Sequence[Step]) -> list[str]:
         for path in _field_paths((column.name,), column.arrow_type)
         if CHARS_NEEDING_COLUMN_MAPPING.intersection(path[-1])
     ]
+
+
+def column_mapping_after(live: TableState | None, the_plan: ReconcilePlan) -> bool:
+    """Whether the table has column mapping once ``the_plan`` ran (its CREATE or a property step, else
+    the live table's ``delta.columnMapping.mode``)."""
+    mode = live.properties.get(COLUMN_MAPPING_MODE, "none") if live is not None else "none"
+    for step in the_plan.steps:
+        if isinstance(step, CreateTable):
+            mode = step.properties.get(COLUMN_MAPPING_MODE, "none")
+            break
+        if isinstance(step, SetProperty) and step.key == COLUMN_MAPPING_MODE:
+            mode = step.value
+            break
+    return mode.lower() in COLUMN_MAPPING_MODES
+
+
+def unsendable_refusals(live: TableState | None, the_plan: ReconcilePlan) -> tuple[Refuse, ...]:
+    """Refusals for the columns ``the_plan`` would declare that Zerobus' Arrow path cannot carry.
+
+    The rule a write's schema gate applies before its first batch (``wire_schema``): held by the
+    backends' ``plan`` too, so a table made by ``reconcile`` or ``plan --apply`` (a contract asset, the
+    reconcile operator) is one a write can send to. Live columns are left to the gate.
+    """
+    declared = [c for s in the_plan.steps if isinstance(s, CreateTable) for c in s.columns]
+    declared += [s.column for s in the_plan.steps if isinstance(s, AddColumn)]
+    if not declared:
+        return ()
+    schema = pa.schema([pa.field(c.name, c.arrow_type, c.nullable) for c in declared])
+    mapped = column_mapping_after(live, the_plan)
+    return tuple(
+        Refuse(the_plan.table, problem.path.split(".", 1)[0], problem.render())
+        for problem in arrow_column_problems(schema, column_mapping=mapped)
+    )
 
 
 def _field_paths(path: tuple[str, ...], t: pa.DataType) -> Iterator[tuple[str, ...]]:

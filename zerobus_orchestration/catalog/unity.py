@@ -45,7 +45,6 @@ from zerobus_orchestration._version import __version__
 from zerobus_orchestration.catalog.base import (
     CHARS_NEEDING_COLUMN_MAPPING,
     COLUMN_MAPPING_MODE,
-    COLUMN_MAPPING_MODES,
     PROP_ROLE,
     Access,
     DesiredTable,
@@ -66,13 +65,13 @@ from zerobus_orchestration.catalog.ddl import (
     set_properties_sql,
 )
 from zerobus_orchestration.catalog.plan import (
-    CreateTable,
     ReconcilePlan,
     Refuse,
-    SetProperty,
     WidenColumn,
+    column_mapping_after,
     names_needing_column_mapping,
     plan,
+    unsendable_refusals,
 )
 from zerobus_orchestration.catalog.unity_credentials import vend_table_credentials
 from zerobus_orchestration.catalog.unity_sql import (
@@ -332,8 +331,8 @@ class UnityCatalog:
         allow_widening = desired.allow_widening or self._allow_widening
         steps = plan(live, desired, allow_widening=allow_widening)
         needing = names_needing_column_mapping(steps.steps)
-        if not needing or _mapping_mode_after(live, steps) in COLUMN_MAPPING_MODES:
-            return steps
+        if not needing or column_mapping_after(live, steps):
+            return _with_unsendable_refused(live, steps)
         pinned = desired.properties.get(COLUMN_MAPPING_MODE)
         if pinned is not None:
             # The caller asked for this mode explicitly: overriding it silently would be worse than
@@ -350,7 +349,9 @@ class UnityCatalog:
             f"{steps.table}: column mapping 'name' is turned on because {_quoted(needing)} contain "
             f"characters Delta allows in column names only with column mapping ({MAPPING_CHARS_TEXT})"
         )
-        return ReconcilePlan(mapped.table, mapped.steps, (*mapped.notes, note))
+        return _with_unsendable_refused(
+            live, ReconcilePlan(mapped.table, mapped.steps, (*mapped.notes, note))
+        )
 
     @staticmethod
     def _statements(table: str, live: TableState | None, steps: ReconcilePlan) -> list[str]:
@@ -416,14 +417,10 @@ class UnityCatalog:
         return vend_table_credentials(self._client, name, self._raw_table(name), access)
 
 
-def _mapping_mode_after(live: TableState | None, steps: ReconcilePlan) -> str:
-    """The table's ``delta.columnMapping.mode`` once ``steps`` ran (``none`` when unset)."""
-    for step in steps.steps:
-        if isinstance(step, CreateTable):
-            return step.properties.get(COLUMN_MAPPING_MODE, "none").lower()
-        if isinstance(step, SetProperty) and step.key == COLUMN_MAPPING_MODE:
-            return step.value.lower()
-    return (live.properties.get(COLUMN_MAPPING_MODE, "none") if live else "none").lower()
+def _with_unsendable_refused(live: TableState | None, steps: ReconcilePlan) -> ReconcilePlan:
+    """``steps`` with the columns Zerobus' Arrow path cannot carry refused first (``unsendable_refusals``)."""
+    refusals = unsendable_refusals(live, steps)
+    return ReconcilePlan(steps.table, refusals + steps.steps, steps.notes) if refusals else steps
 
 
 def _clashes_with_pinned_mode(table: str, name: str, pinned: str) -> Refuse:

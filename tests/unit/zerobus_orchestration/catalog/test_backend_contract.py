@@ -39,7 +39,7 @@ RICH_SCHEMA = pa.schema(
         pa.field("price", pa.decimal128(12, 2)),
         pa.field("tags", pa.list_(pa.string())),
         pa.field("attrs", pa.map_(pa.string(), pa.int64())),
-        pa.field("point", pa.struct([("x", pa.float64()), ("odd`name", pa.string())])),
+        pa.field("point", pa.struct([("x", pa.float64()), ("label", pa.string())])),
         pa.field("unsigned", pa.uint32()),
     ]
 )
@@ -88,7 +88,7 @@ def test_create_maps_every_type_the_same_way(backend: Backend) -> None:
         "price": "DECIMAL(12,2)",
         "tags": "ARRAY<STRING>",
         "attrs": "MAP<STRING, BIGINT>",
-        "point": "STRUCT<x: DOUBLE, `odd``name`: STRING>",
+        "point": "STRUCT<x: DOUBLE, label: STRING>",
         "unsigned": "BIGINT",
         "_twg_emit_ts": "TIMESTAMP",
         "_twg_source": "STRING",
@@ -100,6 +100,18 @@ def test_create_maps_every_type_the_same_way(backend: Backend) -> None:
     # The declared target schema is identical on both backends (what the sink sends).
     assert state.arrow_schema().field("at").type == pa.timestamp("us", tz="UTC")
     assert state.arrow_schema().field("unsigned").type == pa.int64()
+
+
+def test_a_column_no_write_could_send_is_refused_before_the_table_exists(backend: Backend) -> None:
+    """reconcile (a contract asset, the reconcile operator) holds the wire's rules as a write does."""
+    odd = pa.field("point", pa.struct([("x", pa.float64()), ("odd`name", pa.string())]))
+    nested = pa.field("grid", pa.list_(pa.list_(pa.int64())))
+    with pytest.raises(PlanRefusedError) as err:
+        backend.catalog.reconcile(TABLE, want(odd, nested))
+    text = str(err.value)
+    assert "point.odd`name" in text and "rename it" in text
+    assert "'grid" in text and "array of arrays" in text
+    assert backend.catalog.describe(TABLE) is None
 
 
 def test_reconcile_is_idempotent(backend: Backend) -> None:
