@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 # Re-exported: the guard's refusal tells users to import ``to_json`` from here.
 from zerobus_orchestration.catalog.json_text import to_json as to_json
-from zerobus_orchestration.catalog.temporal_range import is_temporal, out_of_range
+from zerobus_orchestration.catalog.temporal_range import holds_temporal, is_temporal, out_of_range_within
 from zerobus_orchestration.errors import UnsupportedType, WriteBoundaryError
 from zerobus_orchestration.reserved import OFFSET, RESERVED_NAMES
 from zerobus_orchestration.type_map import arrow_storage_type, can_widen_to, delta_type
@@ -217,16 +217,19 @@ class _Column:
         )
 
     def _temporal_range_problem(self) -> _Problem | None:
-        """A DATE/TIMESTAMP value Delta and Iceberg cannot hold (``catalog/temporal_range.py``)."""
-        if not is_temporal(self.declared.type):
+        """A DATE/TIMESTAMP value Delta and Iceberg cannot hold (``catalog/temporal_range.py``), at any
+        depth: the service refuses a nested one as it does a top-level one, after the rows before it."""
+        if not holds_temporal(self.declared.type):
             return None
-        outside = out_of_range(self.values)
-        if outside is None:
+        found = out_of_range_within(self.values)
+        if found is None:
             return None
+        path, outside = found
+        where = f" in {self.name}{path}" if path else ""
         return self.problem(
             OUT_OF_RANGE,
-            f"{outside.count} value(s) outside 0001-01-01 .. 9999-12-31, which Delta and Iceberg hold; "
-            f"the first at row {outside.row} of the batch{self._position_of(outside.row)} is "
+            f"{outside.count} value(s){where} outside 0001-01-01 .. 9999-12-31, which Delta and Iceberg "
+            f"hold; the first at row {outside.row} of the batch{self._position_of(outside.row)} is "
             f"{outside.rendered()}",
             "filter or correct those rows (e.g. clamp or null them) before writing",
         )
@@ -380,8 +383,9 @@ def _plan(
         # engine's own ``_twg_source``): nothing to cast, and none of the per-value casts' checks apply.
         same = sent == declared.type or _is_wire_form_of(sent, wire, declared.type)
         # Engine-stamped columns of the declared type are right by construction (an emit time comes
-        # from a Python datetime, so it cannot leave 0001..9999): no per-value range scan for them.
-        full = not same or (is_temporal(declared.type) and declared.name not in trusted)
+        # from a Python datetime, so it cannot leave 0001..9999): no per-value range scan for them. A
+        # caller's column holding a DATE/TIMESTAMP at any depth is scanned even when already declared.
+        full = not same or (holds_temporal(declared.type) and declared.name not in trusted)
         converted = None if str(wire) == str(declared.type) else wire  # str: names count on the wire
         columns.append((index, declared, full, converted))
         fields.append(pa.field(declared.name, wire, nullable=declared.nullable))

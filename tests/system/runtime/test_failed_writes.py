@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
@@ -67,6 +68,39 @@ def test_a_bad_date_in_row_150000_of_a_parquet_file_leaves_no_row_and_no_table(
     result = runtime.write(TABLE, read_files(str(path)), source="events")
     assert (result.rows_written, result.rows_skipped) == (ROWS, 0)
     assert _delta(runtime).num_rows == ROWS
+
+
+def test_a_bad_date_nested_in_a_struct_list_leaves_no_row_and_no_table(
+    runtime: ZerobusRuntime, tmp_path: Path
+) -> None:
+    """The service refuses a DATE out of range at any depth: the whole-input check must see it there too
+    (it looked at top-level columns only, so the emulator refused the batch holding it after the first
+    131,072 rows had been sent and committed)."""
+    flat = events()
+    nested = pa.table(
+        {
+            "id": flat["id"],
+            "visit": pa.StructArray.from_arrays(
+                [
+                    pa.ListArray.from_arrays(
+                        pa.array(range(ROWS + 1), pa.int32()), flat["day"].combine_chunks()
+                    )
+                ],
+                ["days"],
+            ),
+        }
+    )
+    path = tmp_path / "visits.parquet"
+    pq.write_table(nested, path)
+    with pytest.raises(WriteBoundaryError) as failure:
+        runtime.write(TABLE, read_files(str(path)), source="events")
+    assert (failure.value.kind, failure.value.column) == ("out_of_range", "visit")
+    assert "in visit.days.element outside 0001-01-01 .. 9999-12-31" in str(failure.value)
+    assert f"row {BAD_ROW:,} (rows counted from 1)" in str(failure.value)
+    assert "Nothing of this write was sent" in str(failure.value)
+    runtime.flush()
+    assert runtime.catalog.describe(TABLE) is None
+    assert not Path(table_uri(runtime.config.warehouse, TABLE)).exists()
 
 
 def test_a_dataset_input_is_checked_whole_too(runtime: ZerobusRuntime, tmp_path: Path) -> None:

@@ -134,3 +134,52 @@ def test_an_in_range_timestamp_with_a_zone_is_still_cast_to_utc_microseconds() -
     )
     assert checked.column(0).type == pa.timestamp("us", tz="UTC")
     assert checked.column(0)[0].as_py() == datetime(2024, 1, 1, tzinfo=UTC)
+
+
+# A DATE/TIMESTAMP nested in a struct, a list or a map is held to the same span: the service refuses a
+# nested one too (the emulator's value check does, at any depth), after the rows before it were sent.
+NESTED_DAY = pa.array([0, 1, LAST_DAY + 1], pa.int32()).view(pa.date32())
+
+
+def _nested_cases() -> dict[str, tuple[pa.Array, str, int]]:
+    """name -> (column values, path named in the refusal, batch row of the first bad value)."""
+    struct = pa.StructArray.from_arrays([pa.array([1, 2, 3]), NESTED_DAY], ["n", "day"])
+    lists = pa.ListArray.from_arrays(pa.array([0, 2, 2, 3]), NESTED_DAY)  # rows: [0, 1], [], [bad]
+    maps = pa.MapArray.from_arrays(pa.array([0, 1, 3]), pa.array(["a", "b", "c"]), NESTED_DAY)
+    deep = pa.StructArray.from_arrays(
+        [pa.ListArray.from_arrays(pa.array([0, 1, 1, 3]), NESTED_DAY)], ["days"]
+    )
+    return {
+        "struct field": (struct, "when.day", 2),
+        "list item": (lists, "when.element", 2),
+        "map value": (maps, "when.value", 1),
+        "list in a struct": (deep, "when.days.element", 2),
+    }
+
+
+@pytest.mark.parametrize("case", list(_nested_cases()))
+def test_a_nested_date_outside_the_span_is_refused_naming_its_path_and_row(case: str) -> None:
+    values, path, row = _nested_cases()[case]
+    batch = pa.RecordBatch.from_arrays(
+        [values, pa.array([10, 11, 12][: len(values)], pa.int64())], ["when", OFFSET]
+    )
+    # Declared exactly as sent: the guard's fast path (no cast needed) must still scan the values.
+    target = pa.schema([pa.field("when", values.type), pa.field(OFFSET, pa.int64())])
+    with pytest.raises(WriteBoundaryError) as info:
+        conform_batch(T, batch, target)
+    err = info.value
+    assert (err.table, err.column, err.kind) == (T, "when", OUT_OF_RANGE)
+    text = str(err)
+    assert f"1 value(s) in {path} outside 0001-01-01 .. 9999-12-31" in text
+    assert f"row {row} of the batch (row position {10 + row})" in text
+
+
+def test_a_nested_value_under_a_null_parent_is_not_a_value_and_passes() -> None:
+    struct = pa.StructArray.from_arrays([NESTED_DAY], ["day"], mask=pa.array([False, False, True]))
+    maps = pa.MapArray.from_arrays(
+        pa.array([0, 1, 3]), pa.array(["a", "b", "c"]), NESTED_DAY, mask=pa.array([False, True])
+    )
+    lists = pa.ListArray.from_arrays(pa.array([0, 2, 3]), NESTED_DAY)
+    for values in (struct, maps, lists.slice(0, 1)):
+        batch = pa.RecordBatch.from_arrays([values], ["when"])
+        assert conform_batch(T, batch, batch.schema).num_rows == len(values)
