@@ -47,7 +47,6 @@ from zerobus_orchestration.catalog.local import LocalCatalog
 from zerobus_orchestration.config import PoolConfig, SdkStreamOptions
 from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.emulator.faults import FaultKind, FaultSpec
-from zerobus_orchestration.emulator.private import WELL_KNOWN_SECRET
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import OffsetRange
 from zerobus_orchestration.reserved import RESERVED_FIELDS
@@ -125,7 +124,7 @@ def one_run(
         emu.endpoint,
         emu.workspace_url,
         client_id=emu.client_id,
-        client_secret=SecretStr(WELL_KNOWN_SECRET),
+        client_secret=SecretStr(emu.client_secret),
         options=SdkStreamOptions(flush_timeout_ms=600_000),
     )
     metrics = SinkMetrics()

@@ -59,7 +59,6 @@ from zerobus_orchestration.catalog.catalog_gate import CatalogGate
 from zerobus_orchestration.catalog.local import LocalCatalog
 from zerobus_orchestration.config import PoolConfig, SdkStreamOptions
 from zerobus_orchestration.coverage.store import CoverageStore
-from zerobus_orchestration.emulator.private import WELL_KNOWN_SECRET
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.reserved import RESERVED_FIELDS
 from zerobus_orchestration.sink import StreamPool, ZerobusSink
@@ -142,6 +141,7 @@ class Endpoint:
     endpoint: str
     workspace_url: str
     client_id: str
+    client_secret: str
     pid: int
 
 
@@ -157,7 +157,13 @@ def emulator_process(warehouse: str, log: IO[bytes], extra: tuple[str, ...] = ()
         if not line:
             raise RuntimeError(f"the emulator exited before serving (exit {proc.wait()}); see its log")
         info = json.loads(line)
-        yield Endpoint(str(info["endpoint"]), str(info["workspace_url"]), str(info["client_id"]), proc.pid)
+        yield Endpoint(
+            str(info["endpoint"]),
+            str(info["workspace_url"]),
+            str(info["client_id"]),
+            Path(info["client_secret_file"]).read_text().strip(),  # the warehouse's own secret
+            proc.pid,
+        )
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -190,7 +196,7 @@ def write_table(
             emu.endpoint,
             emu.workspace_url,
             client_id=emu.client_id,
-            client_secret=SecretStr(WELL_KNOWN_SECRET),
+            client_secret=SecretStr(emu.client_secret),
             options=SdkStreamOptions(flush_timeout_ms=600_000),
         )
         store = CoverageStore(Path(warehouse) / "_zerobus" / f"coverage-{table}.sqlite", table)
