@@ -1,7 +1,9 @@
-"""The glob retry that lost a file's rows: ``[b, c]`` fails on a corrupt ``c`` after sending ``b``; ``c``
-is fixed and a new ``a`` lands, sorting first. The retry must refuse (positions 0.. now hold ``a``'s
-rows), not skip ``a`` as delivered and send ``b`` again. Runs the operator against the embedded
-emulator through the official SDK, like tests/system/airflow/test_operators.py.
+"""The glob retry that lost a file's rows: ``[b, c]`` was delivered; a new ``a`` lands, sorting first,
+and the task instance runs again. The retry must refuse (positions 0.. now hold ``a``'s rows), not skip
+``a`` as delivered and send ``b`` again. Before that, a corrupt ``c`` refuses the first try whole: the
+input is checked before its first row is sent, so nothing of ``b`` goes out ahead of the bad file.
+Runs the operator against the embedded emulator through the official SDK, like
+tests/system/airflow/test_operators.py.
 """
 
 from __future__ import annotations
@@ -58,31 +60,41 @@ def test_a_glob_retry_after_a_new_file_sorted_first_refuses_instead_of_losing_it
             task_id="ingest", table=TABLE, path=str(tmp_path / "*.parquet"), batch_rows=100
         )
 
-    # Try 1: b is sent, then c cannot be read (raised as is, or as a no-retry failure naming the file).
-    with pytest.raises((pa.ArrowInvalid, AirflowFailException), match=r"(?i)parquet"):
-        op.execute(_context("manual__glob"))
     runtime = hook.get_conn()
-    runtime.flush()  # b's in-flight batches settle: their coverage is recorded
     key = CoverageKey(
         DEFAULT_SINK_ID, source_tag("glob_integrity/ingest", "manual__glob/-1"), "manual__glob/-1"
     )
+
+    # Try 1: c cannot be read. The whole input is checked before its first row, so b is not sent either.
+    with pytest.raises(AirflowFailException, match=r"(?i)parquet") as refused:
+        op.execute(_context("manual__glob"))
+    assert str(tmp_path / "c.parquet") in str(refused.value)
+    assert "Nothing of this write was sent" in str(refused.value)
+    runtime.flush()
+    assert runtime.coverage(TABLE).ranges(key) == ()  # nothing of b recorded as delivered
+
+    # Try 2: the operator fixes c; the same task instance sends all of b and c.
+    pq.write_table(_orders(2_000, 50), tmp_path / "c.parquet")
+    sent = op.execute(_context("manual__glob"))
+    assert (sent["rows_written"], sent["rows_skipped"]) == (300, 0)
+    runtime.flush()
     store = runtime.coverage(TABLE)
     before = (store.ranges(key), store.digests(key))
-    assert sum(len(r) for r in before[0]) == 250  # all of b, nothing of c
+    assert sum(len(r) for r in before[0]) == 300  # b then c, positions 0 .. 300
 
-    pq.write_table(_orders(2_000, 50), tmp_path / "c.parquet")  # the operator fixes c ...
-    pq.write_table(_orders(0, 120), tmp_path / "a.parquet")  # ... and a new file lands, sorting first
+    pq.write_table(_orders(0, 120), tmp_path / "a.parquet")  # a new file lands, sorting first
     with pytest.raises(AirflowFailException) as failure:
-        op.execute(_context("manual__glob"))  # try 2: same task instance, resumes by position
+        op.execute(_context("manual__glob"))  # try 3: same task instance, resumes by position
     message = str(failure.value)
     for part in (TABLE, "glob_integrity/ingest", "[0, 100)", "Nothing was sent"):
         assert part in message
     assert "ZerobusIngestOperator(resume=False)" in message and "new partition" in message
     assert (store.ranges(key), store.digests(key)) == before
     report = runtime.verify(TABLE, source="glob_integrity/ingest", partition="manual__glob/-1", wait_s=15)
-    assert report.verified and report.rows_scanned == 250 and report.duplicate_count == 0
+    assert report.verified and report.rows_scanned == 300 and report.duplicate_count == 0
     landed = runtime.read_rows(TABLE, source="glob_integrity/ingest", partition="manual__glob/-1")
-    assert sorted(landed.column("order_id").to_pylist()) == list(range(1_000, 1_250))  # b once, no a
+    # b and c once each, nothing of a
+    assert sorted(landed.column("order_id").to_pylist()) == [*range(1_000, 1_250), *range(2_000, 2_050)]
 
     # A new run writes under its own coverage partition: every file, a's rows included.
     fresh = op.execute(_context("manual__glob_next"))
