@@ -38,6 +38,7 @@ from dagster_defs.naming import META_WRITE_MODE, AssetOptions, TableRef, source_
 from dagster_defs.output_partition import (
     attempts_began,
     coverage_partition,
+    is_range_run,
     partition_label,
     refuse_range_replace,
 )
@@ -52,6 +53,7 @@ from zerobus_orchestration.config import Role
 from zerobus_orchestration.errors import (
     NothingToVerifyError,
     PlanRefusedError,
+    RerunRefusedError,
     RunSupersededError,
     WriteBoundaryError,
 )
@@ -60,10 +62,13 @@ from zerobus_orchestration.reserved import SOURCE as SOURCE_COLUMN
 from zerobus_orchestration.reserved import is_reserved
 from zerobus_orchestration.runtime.facade import ZerobusRuntime
 from zerobus_orchestration.runtime.results import WriteResult
-from zerobus_orchestration.write_modes import WriteMode, source_tag
+from zerobus_orchestration.write_modes import WriteMode, replaces_runs
 
 SUPERSEDED = "zerobus/superseded_runs"  # output metadata of a replace write: the runs whose rows it deleted
 SUPERSEDED_BY = "zerobus/superseded_by"  # failure metadata of a replace run a newer run of its partition won
+ALREADY_DELIVERED = "zerobus/already_delivered"  # nothing sent: the table held the output already
+DELIVERED_BY = "zerobus/delivered_by"  # the run whose rows hold the output (this one, or an earlier one)
+LOGICAL_PARTITION = "zerobus/logical_partition"  # the partition the write is a run of
 
 
 @dataclass(frozen=True)
@@ -94,9 +99,13 @@ class ZerobusIOManager(dg.ConfigurableIOManagerFactory):  # type: ignore[type-ar
     Per-asset definition metadata: ``zerobus/table`` (table or full name), ``schema`` / ``zerobus/schema``,
     ``zerobus/role`` (``primary_raw`` | ``derived``), ``partition_expr`` (column holding the partition key,
     used to filter partitioned inputs), ``dagster/column_schema`` (column descriptions become comments),
-    ``zerobus/write_mode`` (``append`` | ``replace``, over the manager's ``write_mode``): ``replace``
-    makes a re-materialised partition replace that partition (docs/adr/0007-write-modes.md), and inputs
-    of a ``replace`` asset read only the run each partition's latest materialisation names
+    ``zerobus/write_mode`` (``auto`` | ``append`` | ``replace``, over the manager's ``write_mode``) says
+    what re-materialising a partition does (docs/adr/0007-write-modes.md): ``auto``, the default, writes
+    nothing when the output is what the table holds (``zerobus/already_delivered``), replaces a derived
+    table's partition and refuses other content on primary raw before anything is sent unless
+    ``zerobus/allow_raw_replace`` (over the manager's ``allow_raw_replace``); ``replace`` replaces the
+    partition once its rows are visible; ``append`` adds every run's rows. Inputs of an asset whose runs
+    replace each other read only the run each partition's latest materialisation names
     (``latest_run.py``), never a newer run still writing or not yet past its delete.
 
     A table with a contract is created and evolved from the contract before anything is sent, whether or
@@ -132,11 +141,17 @@ class ZerobusIOManager(dg.ConfigurableIOManagerFactory):  # type: ignore[type-ar
         "everything delivered for the upstream asset.",
     )
     write_mode: WriteMode = Field(
-        default=WriteMode.APPEND,
-        description="append: every run adds its rows (the default; the only mode for primary_raw tables). "
-        "replace: a run's rows replace the earlier runs' rows of the same partition (the whole table for "
-        "an unpartitioned asset) once they are durable and visible. Definition metadata "
-        "zerobus/write_mode wins.",
+        default=WriteMode.AUTO,
+        description="What re-materialising a partition (the whole table for an unpartitioned asset) does. "
+        "auto (the default): nothing is written when the output is what the table holds; other content "
+        "replaces a derived table's partition and is refused on primary_raw before anything is sent. "
+        "replace: the run's rows replace the partition's older runs once durable and visible. append: "
+        "every run adds its rows. Definition metadata zerobus/write_mode wins.",
+    )
+    allow_raw_replace: bool = Field(
+        default=False,
+        description="Let a re-run with other content replace a primary_raw partition (auto and replace). "
+        "Definition metadata zerobus/allow_raw_replace wins.",
     )
 
     @staticmethod
@@ -160,6 +175,7 @@ class ZerobusIOManager(dg.ConfigurableIOManagerFactory):  # type: ignore[type-ar
             include_reserved_columns=self.include_reserved_columns,
             wait_for_readback=self.wait_for_readback,
             write_mode=self.write_mode,
+            allow_raw_replace=self.allow_raw_replace,
         )
 
 
@@ -196,17 +212,21 @@ def _landed_note(rt: ZerobusRuntime, table: str, source: str, partition: str, mo
         landed = sum(r.end - r.start for r in rt.covered(table, source=source, partition=partition))
     except Exception as exc:  # the note must never hide the failure it explains
         return f"zerobus: could not count the rows this write delivered to {table}: {exc}"
-    if mode is WriteMode.REPLACE:
+    if mode is not WriteMode.APPEND:
         return (
-            f"zerobus: {landed} row(s) of this run landed in {table} (partition {partition!r}); the earlier "
-            "runs' rows were kept. Re-execute the run (it resumes and then replaces), or re-materialise "
-            "the partition: either replaces it once the rows are visible."
+            f"zerobus: {landed} row(s) landed in {table} before the failure (source {source!r}, partition "
+            f"{partition!r}); the partition's earlier runs' rows were kept. To resume, re-execute this run "
+            "(from failure or all steps; a step retry does this too): it sends only the missing rows, then "
+            f"replaces where write_mode='{mode.value}' replaces (a derived table, or allow_raw_replace). A "
+            "new run of the partition with the same output sends only what is missing on primary raw and "
+            "replaces a derived partition (write_mode='auto'; write_mode='replace' on any table it may)."
         )
     return (
         f"zerobus: {landed} row(s) landed in {table} before the failure (source {source!r}, partition "
         f"{partition!r}) and stay there (write_mode=append). To resume, re-execute this run (from failure "
         "or all steps; a step retry does this too): it sends only the missing rows. A new run of the same "
-        "partition appends all its rows again; set write_mode='replace' on a derived table to replace them."
+        "partition appends all its rows again; write_mode='auto' makes a new run with the same output send "
+        "only what is missing."
     )
 
 
@@ -238,6 +258,13 @@ def _failure_explained(
             metadata={"table": table, "reasons": dg.MetadataValue.json(list(exc.reasons))},
             allow_retries=False,
         ) from exc
+    except RerunRefusedError as exc:
+        # Primary raw given other content for a partition it holds: nothing was sent, a retry is the same.
+        raise dg.Failure(
+            description=str(exc),
+            metadata={"table": exc.table, "partition": exc.partition, "zerobus/existing_run": exc.existing},
+            allow_retries=False,
+        ) from exc
     except RunSupersededError as exc:
         # A newer run of the partition holds it (the table's order): a retry of this one cannot win.
         raise dg.Failure(
@@ -263,13 +290,22 @@ def _failure_explained(
         raise
 
 
-def _record_replace(
-    context: dg.OutputContext, result: WriteResult, table: str, source: str, partition: str, mode: WriteMode
-) -> None:
-    if mode is WriteMode.REPLACE:
-        # The sensor's read-back then checks the other runs are gone, and inputs read this run only.
-        context.add_output_metadata(
-            {META_WRITE_MODE: mode.value, KEY_SOURCE_TAG: source_tag(source, partition)}
+def _record_run(context: dg.OutputContext, result: WriteResult, table: str, replaced: bool) -> None:
+    """Which run holds the output (the sensor verifies it, inputs read it) and how it got there."""
+    meta: dict[str, Any] = {
+        KEY_SOURCE_TAG: result.source_tag,
+        LOGICAL_PARTITION: result.logical_partition,
+        ALREADY_DELIVERED: result.already_delivered,
+    }
+    if replaced:  # the sensor's read-back then checks the older runs are gone
+        meta[META_WRITE_MODE] = WriteMode.REPLACE.value
+    if result.delivered_by:
+        meta[DELIVERED_BY] = result.delivered_by
+    context.add_output_metadata(meta)
+    if result.already_delivered:
+        context.log.info(
+            f"{table}: partition {partition_label(context) or '(whole table)'!r} already delivered by run "
+            f"{result.delivered_by}: nothing sent"
         )
     if result.superseded_sources:
         context.log.info(
@@ -323,7 +359,8 @@ class ZerobusIO(dg.IOManager):
         default_handler: ZerobusTypeHandler,
         include_reserved_columns: bool,
         wait_for_readback: bool,
-        write_mode: WriteMode = WriteMode.APPEND,
+        write_mode: WriteMode = WriteMode.AUTO,
+        allow_raw_replace: bool = False,
     ) -> None:
         self._zerobus = zerobus
         self._catalog = catalog
@@ -334,6 +371,7 @@ class ZerobusIO(dg.IOManager):
         self._include_reserved = include_reserved_columns
         self._wait_for_readback = wait_for_readback
         self._write_mode = write_mode
+        self._allow_raw_replace = allow_raw_replace
 
     def _ref(self, key: dg.AssetKey, options: AssetOptions) -> TableRef:
         return table_ref(key, catalog=self._catalog, schema=self._schema, options=options)
@@ -354,8 +392,13 @@ class ZerobusIO(dg.IOManager):
         rt = self._zerobus.runtime
         contract = contract_of(context, key)
         mode = options.write_mode or self._write_mode
+        allow_raw = (
+            self._allow_raw_replace if options.allow_raw_replace is None else options.allow_raw_replace
+        )
         if mode is WriteMode.REPLACE:
             refuse_range_replace(context, key, table)
+        elif mode is WriteMode.AUTO and is_range_run(context):
+            mode = WriteMode.APPEND  # a range run is not a run of any one partition: it appends, as before
         role, descriptions = role_and_descriptions(
             context.definition_metadata, data.schema, contract, options.role or self._role
         )
@@ -373,12 +416,14 @@ class ZerobusIO(dg.IOManager):
                 mode=mode,
                 replace_key=partition_label(context) or "",
                 not_before=attempts_began(context, source),
+                allow_raw_replace=allow_raw,
             )
             if contract is None and result.rows_written == 0 and result.rows_skipped == 0:
                 # No batch was sent, so the sink never reconciled: an empty first write still creates
                 # the table, so downstream reads find it (a contracted table exists already).
                 create_if_missing(rt, table, data.schema, role)
-        _record_replace(context, result, table, source, partition, mode)
+        replaced = replaces_runs(mode, role or rt.config.role, allow_raw_replace=allow_raw)
+        _record_run(context, result, table, replaced)
         if changes:
             context.log.warning(describe_changes(table, changes))
             context.add_output_metadata({SCHEMA_CHANGES: dg.MetadataValue.json(changes)})
@@ -397,7 +442,7 @@ class ZerobusIO(dg.IOManager):
         rt = self._zerobus.runtime
         pushdown = self._pushdown(context, rt, ref.full_name, options)
         table = self._read(context, rt, ref.full_name, source_for(key), pushdown, where=where)
-        if (options.write_mode or self._write_mode) is WriteMode.REPLACE:
+        if self._replaces(options, rt):
             table = self._latest_runs(context, table, key, ref.full_name, where=where)
         table = self._select(context, table, options, where=where)
         return handler.from_arrow(table, load_type)
@@ -429,6 +474,14 @@ class ZerobusIO(dg.IOManager):
         if not any(test(kind) for test in as_given):
             return _Pushdown(None, columns)  # the keys are text: only _select compares them as such
         return _Pushdown({column: list(context.asset_partition_keys)}, columns)
+
+    def _replaces(self, options: AssetOptions, rt: ZerobusRuntime) -> bool:
+        """Whether the upstream's runs of a partition replace each other (its inputs read one run each)."""
+        allow_raw = (
+            self._allow_raw_replace if options.allow_raw_replace is None else options.allow_raw_replace
+        )
+        role = options.role or self._role or rt.config.role
+        return replaces_runs(options.write_mode or self._write_mode, role, allow_raw_replace=allow_raw)
 
     def _read(
         self,

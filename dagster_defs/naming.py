@@ -40,6 +40,7 @@ META_SCHEMA = "zerobus/schema"
 META_ROLE = "zerobus/role"
 META_PARTITION_EXPR = "partition_expr"
 META_WRITE_MODE = "zerobus/write_mode"
+META_ALLOW_RAW_REPLACE = "zerobus/allow_raw_replace"
 META_SCHEMA_PLAIN = "schema"
 
 # Run tags of a read-back recovery run: which write's coverage the run resumes (see the module docstring).
@@ -58,6 +59,7 @@ class AssetOptions(BaseModel):
     role: Role | None = Field(None, alias=META_ROLE)
     partition_expr: str | None = Field(None, alias=META_PARTITION_EXPR)
     write_mode: WriteMode | None = Field(None, alias=META_WRITE_MODE)
+    allow_raw_replace: bool | None = Field(None, alias=META_ALLOW_RAW_REPLACE)
 
     @property
     def schema_override(self) -> str | None:

@@ -42,6 +42,11 @@ def coverage_partition(context: dg.OutputContext, source: str) -> str:
     return partition
 
 
+def is_range_run(context: dg.OutputContext) -> bool:
+    """Whether the output covers several partitions (a single-run backfill of a range)."""
+    return context.has_asset_partitions and len(list(context.asset_partition_keys)) > 1
+
+
 def refuse_range_replace(context: dg.OutputContext, key: dg.AssetKey, table: str) -> None:
     """A run over a partition range writes one coverage partition ``first...last``, whose replace could
     not supersede the single-partition runs inside it (nor they it): refused before anything is sent."""

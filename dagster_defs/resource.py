@@ -234,13 +234,23 @@ class ZerobusResource(dg.ConfigurableResource):  # type: ignore[type-arg]
         partition: str = "",
         role: Role | None = None,
         descriptions: Mapping[str, str] | None = None,
+        mode: str = "auto",
+        allow_raw_replace: bool = False,
     ) -> WriteResult:
         """Reconcile ``table``, stream ``data`` pipelined and return once the last batch is durable.
 
-        In an asset, take ``source, partition = coverage_keys(context)`` so a retried step resumes.
+        In an asset, take ``source, partition = coverage_keys(context)`` so a retried step resumes and a
+        re-run of the partition is told apart (``mode``: what it does, docs/adr/0007-write-modes.md).
         """
         return self.runtime.write(
-            table, data, source=source, partition=partition, role=role, descriptions=descriptions
+            table,
+            data,
+            source=source,
+            partition=partition,
+            role=role,
+            descriptions=descriptions,
+            mode=mode,
+            allow_raw_replace=allow_raw_replace,
         )
 
     def sink(self, table: str, *, source: str, partition: str = "", role: Role | None = None) -> ZerobusSink:

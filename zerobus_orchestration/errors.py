@@ -120,6 +120,22 @@ class ResumeMismatchError(ZerobusOrchestrationError, ValueError):
         self.span = span
 
 
+class RerunRefusedError(ZerobusOrchestrationError, ValueError):
+    """A re-run of a logical partition with other content than the run the table holds, refused before
+    anything was sent (primary raw keeps its record unless told to replace it); the message names the
+    choices. ``table``, ``source``, ``partition`` (the logical partition), ``existing`` (the run's tag).
+    """
+
+    def __init__(
+        self, message: str, *, table: str, source: str, partition: str, existing: str | None
+    ) -> None:
+        super().__init__(message)
+        self.table = table
+        self.source = source
+        self.partition = partition
+        self.existing = existing
+
+
 class RunSupersededError(ZerobusOrchestrationError):
     """A ``replace`` run found a newer run of its logical partition in the table: the newer one's rows
     are the partition's. Retrying cannot change the order (the table assigned it), so not retriable.

@@ -1,7 +1,8 @@
 """Write modes and a partition's lifecycle: the values every adapter maps its context onto.
 
-Values only; the order of runs is read from the table by ``coverage/run_order.py``, and the replace
-step itself is ``runtime/supersede.py`` (docs/adr/0007-write-modes.md).
+Values only; the order of runs is read from the table by ``coverage/run_order.py``, what a write does
+about its partition's earlier runs is decided by ``runtime/lifecycle.py`` and the replace step itself is
+``runtime/supersede.py`` (docs/adr/0007-write-modes.md).
 
 A *logical partition* of a source (Dagster: asset key and partition key, ``""`` for an unpartitioned
 asset; Airflow: dag and task, then the explicit partition, else the logical date, with the map index;
@@ -12,8 +13,12 @@ content (an Airflow task cleared after its input was corrected). ``PartitionRun`
 logical partition is what precedes the last ``@``, and a partition without ``@`` is its own (a write
 that names no run: each write of it resumes the last).
 
-What a re-run does is the write mode's: ``append`` keeps every run's rows; ``replace`` supersedes the
-partition's older runs once its own rows are visible (``runtime/supersede.py``).
+What a re-run does is the write mode's (``rerun_policy``): ``append`` keeps every run's rows;
+``replace`` supersedes the partition's older runs once its own rows are visible (``runtime/supersede.py``);
+``auto``, the default, replaces on a derived table and, on primary raw, takes a re-run only when its
+input holds what the table already has (then it is a no-op, or delivers only rows past the earlier
+run's). In ``auto`` and ``replace`` a re-run whose input is what the table holds sends nothing
+(``runtime/lifecycle.py`` decides before anything is sent).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ REVISION_SEPARATOR = "#"
 
 
 class WriteMode(StrEnum):
+    AUTO = "auto"
     APPEND = "append"
     REPLACE = "replace"
 
@@ -39,7 +45,7 @@ class WriteMode(StrEnum):
         except ValueError:
             raise ConfigError(
                 f"{where}: write mode {value!r} is not one of {[m.value for m in cls]}; fix: set "
-                "write_mode to 'append' (the default) or 'replace'"
+                "write_mode to 'auto' (the default), 'append' or 'replace'"
             ) from None
 
 
@@ -65,7 +71,7 @@ class PartitionRun:
         if not sep:
             return cls(source, partition, None)
         base, mark, number = run.rpartition(REVISION_SEPARATOR)
-        if mark and number.isdigit() and int(number) >= 2:
+        if mark and number.isdigit() and int(number) >= 2 and str(int(number)) == number:
             return cls(source, key, base, int(number))
         return cls(source, key, run)
 
@@ -99,6 +105,44 @@ class PartitionRun:
     def same_run(self, other: PartitionRun) -> bool:
         """Whether ``other`` is this run, in any revision."""
         return (other.source, other.key, other.run) == (self.source, self.key, self.run)
+
+
+class Rerun(StrEnum):
+    """What a write does about its logical partition's other runs: its write mode, resolved."""
+
+    KEEP = "keep"
+    """``append``: every run's rows stay; nothing is compared or deleted."""
+    REPLACE = "replace"
+    """A re-run with the content the table holds is a no-op; any other supersedes the older runs."""
+    MATCH = "match"
+    """Primary raw under ``auto``: a re-run with the content the table holds is a no-op, any other is
+    refused before anything is sent."""
+
+
+def rerun_policy(
+    mode: WriteMode, role: Role, *, table: str, named: bool, allow_raw_replace: bool = False
+) -> Rerun:
+    """How a write in ``mode`` to a ``role`` table treats its partition's other runs; a ``replace`` of
+    primary raw without ``allow_raw_replace`` is refused here, before anything is sent."""
+    if mode is WriteMode.APPEND:
+        return Rerun.KEEP
+    if mode is WriteMode.REPLACE:
+        if role is Role.PRIMARY_RAW and not allow_raw_replace:
+            refuse_on_primary_raw(table, role)
+        return Rerun.REPLACE
+    if not named:  # a write that names no run resumes its partition's last write: nothing to compare
+        return Rerun.KEEP
+    if role is Role.PRIMARY_RAW and not allow_raw_replace:
+        return Rerun.MATCH
+    return Rerun.REPLACE
+
+
+def replaces_runs(mode: WriteMode, role: Role, *, allow_raw_replace: bool = False) -> bool:
+    """Whether writes in ``mode`` to a ``role`` table replace their partition's older runs (readers of such
+    a table read one run per partition); never raises, unlike ``rerun_policy``."""
+    if mode is WriteMode.APPEND:
+        return False
+    return role is not Role.PRIMARY_RAW or allow_raw_replace
 
 
 def logical_partition(partition: str) -> str:
@@ -156,11 +200,18 @@ def latest_run_filter(*tags: str) -> str:
     return "_twg_source IN (" + ", ".join(f"'{tag}'" for tag in tags) + ")"
 
 
+RAW_REPLACE_CHOICES = (
+    "declare the table derived (role='derived'; Dagster metadata zerobus/role: derived; CLI --role derived), "
+    "or opt in to replacing primary-raw rows (allow_raw_replace=True; Dagster metadata "
+    "zerobus/allow_raw_replace: true; CLI --allow-raw-replace)"
+)
+"""The two ways to let a re-run replace a primary-raw partition, named by every refusal."""
+
+
 def refuse_on_primary_raw(table: str, role: Role) -> None:
     if role is Role.PRIMARY_RAW:
         raise ConfigError(
             f"table {table}: write_mode='replace' deletes earlier runs' rows, and {table} is a primary_raw "
-            "table, which is append-only (raw rows are the record every reader resumes and verifies from). "
-            "Fix: keep write_mode='append' for raw tables, or declare the table derived (role='derived', "
-            "Dagster metadata zerobus/role: derived)"
+            "table, whose rows are the record every reader resumes and verifies from. Fix: keep "
+            f"write_mode='auto' or 'append' for a raw table, {RAW_REPLACE_CHOICES}"
         )

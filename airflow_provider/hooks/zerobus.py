@@ -157,16 +157,17 @@ class ZerobusHook(BaseHook):
         descriptions: Mapping[str, str] | None = None,
         role: Role | None = None,
         resume: bool = True,
-        mode: str = "append",
+        mode: str = "auto",
         schema: pa.Schema | None = None,
         not_before: datetime.datetime | None = None,
+        allow_raw_replace: bool = False,
     ) -> WriteResult:
         """Push ``data`` pipelined; returns once the last batch is durable (resumes from coverage).
 
-        ``mode="replace"``: then delete the other runs of the partition's logical part (before its last
-        ``@``) once the rows are visible (docs/adr/0007-write-modes.md). ``schema``: the table is
-        created from it when ``data`` holds no row. ``not_before``: no try of this partition began
-        before it (``ZerobusRuntime.write``: a resume then reads only the table's files since).
+        ``mode``: what a re-run of the partition's logical part (before its last ``@``) does, ``auto``,
+        ``replace`` or ``append`` (docs/adr/0007-write-modes.md). ``schema``: the table is created from it
+        when ``data`` holds no row. ``not_before``: no try of this partition began before it
+        (``ZerobusRuntime.write``: a resume then reads only the table's files since).
         """
         return self.get_conn().write(
             table,
@@ -179,6 +180,7 @@ class ZerobusHook(BaseHook):
             mode=mode,
             schema=schema,
             not_before=not_before,
+            allow_raw_replace=allow_raw_replace,
         )
 
     def verify_once(

@@ -2,10 +2,15 @@
 
 The operator streams its source as Arrow record batches with bounded memory and hands them to the
 runtime's ``write``, which reconciles the table, pushes pipelined through the stream pool and returns
-after the last batch is durable. Writes are keyed in coverage by ``source=<dag_id>/<task_id>`` and
-``partition=<run_id>/<map_index>``: a retried try of the same task instance skips the row positions an
-earlier try already delivered, so retries do not duplicate as long as the source yields the same rows
-in the same order (sorted globs; give SQL an ORDER BY).
+after the last batch is durable. A write is a run of a logical partition (docs/adr/0007-write-modes.md):
+``source=<dag_id>/<task_id>``, partition ``<key>/<map_index>@<run_id>`` where ``key`` is ``replace_key``,
+else the DAG run's partition key (Airflow 3.2+ partitioned runs), else its logical date (``ds``); a run
+with none of them writes ``<run_id>/<map_index>``, a partition of its own. A retried try of the same task
+instance skips the row positions an earlier try already delivered, so retries do not duplicate as long as
+the source yields the same rows in the same order (sorted globs; give SQL an ORDER BY). A cleared task
+whose input was corrected writes the run's next revision (``...@<run_id>#2``), which replaces the first
+where the write mode may replace (a derived table, or ``allow_raw_replace``); primary raw otherwise
+refuses the changed input with nothing sent.
 
 Ecosystem: the task's outlets carry an ``AssetAlias`` (``zerobus:<table>``) to which ``execute`` attaches
 the table's asset ``databricks://<host>/<catalog>/<schema>/<table>`` once the connection is read, so DAGs
@@ -38,12 +43,13 @@ from zerobus_orchestration.errors import (
     ConfigError,
     NeedsOperatorError,
     PlanRefusedError,
+    RerunRefusedError,
     ResumeMismatchError,
     RunSupersededError,
     WriteBoundaryError,
 )
 from zerobus_orchestration.schema_text import arrow_schema_of_text
-from zerobus_orchestration.write_modes import WriteMode, logical_partition, source_tag
+from zerobus_orchestration.write_modes import RUN_SEPARATOR, WriteMode, replaces_runs
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -72,6 +78,10 @@ SUMMARY_KEYS = (
     "duration_s",
     "superseded_sources",
     "run_order_version",
+    "source_tag",
+    "logical_partition",
+    "already_delivered",
+    "delivered_by",
 )
 
 
@@ -114,10 +124,14 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         they may hold driver classes).
     :param allow_empty: skip the task (instead of failing) when a glob matches no files.
     :param resume: skip rows an earlier try of this task instance already delivered.
-    :param write_mode: ``append`` (the default: every DAG run adds its rows) or ``replace``: a run replaces
-        the rows earlier runs wrote for the same ``replace_key`` (and map index) once its own are visible
-        (derived tables only; docs/adr/0007-write-modes.md).
-    :param replace_key: the partition a ``replace`` run replaces; default the run's logical date (``ds``).
+    :param write_mode: what another run of the same partition (``replace_key`` and map index) does
+        (docs/adr/0007-write-modes.md): ``auto`` (the default) sends nothing when the input is what the
+        table holds (XCom ``already_delivered``), replaces a derived table's partition, and refuses other
+        content on primary raw before anything is sent; ``replace`` replaces the partition's older runs
+        once this run's rows are visible; ``append`` keeps every run's rows.
+    :param replace_key: the logical partition this run writes; default the DAG run's partition key, else
+        its logical date (``ds``).
+    :param allow_raw_replace: let a re-run with other content replace a primary-raw partition.
     :param sql_hook_params: keyword arguments for the ``sql_conn_id`` hook's constructor, like
         common-sql's ``hook_params`` (e.g. ``{"schema": "sales"}``); ``hook_params`` goes to the
         ``ZerobusHook``.
@@ -174,10 +188,11 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         resume: bool = True,
         sql_hook_params: Mapping[str, Any] | None = None,
         table_asset: bool = True,
-        write_mode: str = "append",
+        write_mode: str = "auto",
         replace_key: str | None = None,
         csv_null_values: Sequence[str] | None = None,
         spool_dir: str | None = None,
+        allow_raw_replace: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -210,6 +225,7 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         self.replace_key = replace_key
         self.csv_null_values = None if csv_null_values is None else list(csv_null_values)
         self.spool_dir = spool_dir
+        self.allow_raw_replace = allow_raw_replace
         # The workspace host is in the connection, read only in execute: the alias is declared now
         # (outlets must be known when the DAG is parsed) and resolved to the table's asset then. Named
         # from the unrendered table, so a templated table keeps one alias across runs.
@@ -219,6 +235,7 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         # Set by execute, read by the extra link (finalize) and the OpenLineage listener in this process.
         self.table_url: str | None = None
         self.lineage = WriteLineage()
+        self.partition_key: str | None = None  # the logical partition's key (no map index), set by execute
 
     # --- sources ------------------------------------------------------------------------------------
 
@@ -304,22 +321,31 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
 
     # --- execute ------------------------------------------------------------------------------------
 
-    def _replace_partition(self, context: Context, partition: str) -> str:
-        """``<key>/<map index>@<run id>``: the run's rows replace the other runs of the same key."""
-        key = self.replace_key or context.get("ds")
+    def _run_partition(self, context: Context, partition: str, mode: WriteMode) -> str:
+        """``<key>/<map index>@<run id>``: a run of the logical partition ``key`` (``replace_key``, else the
+        DAG run's partition key, else the logical date); ``<run id>/<map index>`` in ``append`` or with no
+        key at all, where a replace fails naming the fix."""
+        if mode is WriteMode.APPEND:
+            return partition
+        key = self.replace_key or context.get("partition_key") or context.get("ds")
         if not key:
+            if mode is WriteMode.AUTO:
+                return partition  # no partition to re-run: this run's rows are a partition of their own
             raise AirflowFailException(
                 f"{self.task_id}: write_mode='replace' replaces the partition of the run's logical date, and "
                 "this run has none; pass replace_key=... (templated, e.g. '{{ params.day }}')"
             )
         run_id, _, map_index = partition.rpartition("/")
-        return f"{key}/{map_index}@{run_id}"
+        self.partition_key = str(key)
+        return f"{key}/{map_index}{RUN_SEPARATOR}{run_id}"
 
     def execute(self, context: Context) -> dict[str, Any]:
         source, partition = coverage_keys_from_context(context, self)
-        mode = str(self.write_mode or "append")
-        if mode == "replace":
-            partition = self._replace_partition(context, partition)
+        try:
+            mode = WriteMode.parse(self.write_mode or WriteMode.AUTO, where=f"task {self.task_id}")
+        except ConfigError as exc:
+            raise AirflowFailException(str(exc)) from exc
+        partition = self._run_partition(context, partition, mode)
         summary: dict[str, Any] | None = None
         self.lineage = WriteLineage(descriptions=dict(self.descriptions or {}))
         data: Rereadable | None = None
@@ -344,16 +370,22 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
                 mode=mode,
                 schema=target_schema,  # the declared schema creates the table even from an empty source
                 not_before=run_began(context),
+                allow_raw_replace=self.allow_raw_replace,
             )
             raw = result.as_dict()
+            # ``partition`` and ``source_tag``: the run whose rows hold this input (this run's, its next
+            # revision's, or an earlier run's when already delivered): what read-back verifies and what a
+            # downstream task filters on to read only the latest complete run (write_modes.latest_run_filter).
             summary = {key: raw[key] for key in SUMMARY_KEYS if key in raw}
-            # ``source_tag``: the ``_twg_source`` value of this run's rows, what a downstream task filters
-            # on to read only this (the latest complete) run (write_modes.latest_run_filter).
-            summary.update(
-                source=source, partition=partition, write_mode=mode, source_tag=source_tag(source, partition)
+            role = self._role() or self.hook.get_config().role
+            replaced = replaces_runs(mode, role, allow_raw_replace=self.allow_raw_replace)
+            summary["write_mode"] = (
+                WriteMode.REPLACE.value if replaced and RUN_SEPARATOR in partition else mode.value
             )
-            if mode == WriteMode.REPLACE.value:
-                summary["replace_key"] = logical_partition(partition)
+            if summary["write_mode"] == WriteMode.REPLACE.value:
+                summary["replace_key"] = result.logical_partition
+            if self.partition_key is not None and RUN_SEPARATOR in partition:
+                summary["partition_key"] = self.partition_key
             self.lineage.schema = target_schema or data.empty_schema()
             self.lineage.rows_written, self.lineage.bytes_written = result.rows_written, result.bytes_written
             self._emit_table_asset(context, identity, summary)
@@ -374,6 +406,7 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
             ConfigError,
             ResumeMismatchError,
             NeedsOperatorError,
+            RerunRefusedError,
         ) as exc:
             # Bad input, a refused table change, an input that changed since an earlier try (resume
             # would lose rows), refused credentials or a refused table: a retry fails the same way.
@@ -388,13 +421,29 @@ class ZerobusIngestOperator(ZerobusBaseOperator):
         return redact(summary)  # type: ignore[no-any-return]
 
     def _emit_table_asset(self, context: Context, identity: TableIdentity, summary: dict[str, Any]) -> None:
-        """Attach the table's asset to this task's alias; Airflow records the event if the try succeeds."""
-        events = context.get("outlet_events") if self.table_asset else None
+        """Attach the table's asset to this task's alias; Airflow records the event if the try succeeds.
+
+        The event's ``extra`` names the run and its logical partition. Events through an alias carry only
+        the DAG run's partition key (Airflow 3.3 fans alias events out without per-event keys), so when
+        the task's outlets name the table's asset itself, its event also gets the partition as a partition
+        key (``add_partitions``): consumers scheduled on partitioned assets see which partition arrived.
+        """
+        events = context.get("outlet_events")
         if events is None:  # executed outside a task runner (no outlets to record)
             return
-        alias = AssetAlias(name=self.table_alias)
-        events[alias].add(Asset(identity.asset_uri), extra=asset_event_extra(identity, summary))
-        self.log.info("asset event for %s (via alias %s)", identity.asset_uri, alias.name)
+        extra = asset_event_extra(identity, summary)
+        if self.table_asset:
+            alias = AssetAlias(name=self.table_alias)
+            events[alias].add(Asset(identity.asset_uri), extra=extra)
+            self.log.info("asset event for %s (via alias %s)", identity.asset_uri, alias.name)
+        key = summary.get("partition_key")
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset) and outlet.uri == identity.asset_uri:
+                accessor = events[outlet]
+                accessor.extra.update(extra)
+                if isinstance(key, str) and key.strip():
+                    accessor.add_partitions(key)
+                self.log.info("asset event for %s, partition %r", identity.asset_uri, key)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage: input files (or the SQL's tables, when the database names them), the output

@@ -48,7 +48,7 @@ from airflow_provider.utils.readback import (
 from zerobus_orchestration.errors import ConfigError
 from zerobus_orchestration.readback.record import WriteRecord
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
-from zerobus_orchestration.write_modes import RUN_SEPARATOR, WriteMode
+from zerobus_orchestration.write_modes import WriteMode
 
 DEFAULT_TIMEOUT_S = 3600.0
 """An hour: far past Zerobus' time to table and the Iceberg conversion, far short of seven days."""
@@ -146,18 +146,15 @@ class ZerobusReadbackSensor(BaseSensorOperator):
         run_id = str(context["run_id"])
         source, partition = coverage_keys(self.dag_id, self.ingest_task_id, run_id, self.ingest_map_index)
         upstream = self._upstream(context)
-        if upstream is None or upstream.get("write_mode") != WriteMode.REPLACE.value:
+        written = None if upstream is None else upstream.get("partition")
+        if upstream is None or upstream.get("source") != source or not isinstance(written, str):
             return source, partition, None
-        key, written = upstream.get("replace_key"), upstream.get("partition")
-        # Only this run's replace write of this task: its partition is the replaced key plus this run.
-        if (
-            upstream.get("source") == source
-            and isinstance(key, str)
-            and key.endswith(f"/{self.ingest_map_index}")
-            and written == f"{key}{RUN_SEPARATOR}{run_id}"
-        ):
+        # The ingest's record names the run whose rows hold its input: its own, its next revision's (a
+        # cleared task whose input changed), or an earlier run's (already delivered).
+        key = upstream.get("replace_key")
+        if upstream.get("write_mode") == WriteMode.REPLACE.value and isinstance(key, str):
             return source, written, key
-        return source, partition, None
+        return source, written, None
 
     def _upstream(self, context: Context) -> Mapping[str, Any] | None:
         upstream = context["ti"].xcom_pull(task_ids=self.ingest_task_id, map_indexes=self.ingest_map_index)

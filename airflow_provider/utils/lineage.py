@@ -180,9 +180,14 @@ class SchemaTap:
 
 
 def asset_event_extra(identity: TableIdentity, summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The asset event's ``extra``: which table and what this run delivered (numbers and names only)."""
+    """The asset event's ``extra``: which table, which run of which partition, and what it delivered
+    (numbers and names only)."""
     extra: dict[str, Any] = {"table": identity.dataset_name}
-    for key in ("rows_written", "rows_skipped", "delta_version", "source", "partition"):
+    keys = (
+        *("rows_written", "rows_skipped", "delta_version", "source", "partition", "partition_key"),
+        *("logical_partition", "source_tag", "already_delivered", "delivered_by", "superseded_sources"),
+    )
+    for key in keys:
         if summary.get(key) is not None:
             extra[key] = summary[key]
     return extra

@@ -213,7 +213,14 @@ def ingest(
         str | None,
         typer.Option("--source", help="Source id for _twg_source and coverage (default: the arguments)."),
     ] = None,
-    partition: Annotated[str, typer.Option("--partition", help="Coverage partition of this write.")] = "",
+    partition: Annotated[
+        str,
+        typer.Option(
+            "--partition",
+            help="The logical partition this write is a run of (KEY, written as KEY@RUN with RUN new for "
+            "each command), or KEY@RUN to name the run so the same command resumes it.",
+        ),
+    ] = "",
     no_resume: Annotated[
         bool, typer.Option("--no-resume", help="Send every row even if coverage holds it already.")
     ] = False,
@@ -240,18 +247,27 @@ def ingest(
         str,
         typer.Option(
             "--mode",
-            help="append (default) or replace: once this write's rows are visible, delete the earlier runs' "
-            "rows of the same partition (derived tables only; see docs/guides/write-modes.md).",
+            help="What a re-run of a --partition does (see docs/guides/write-modes.md). auto (default): "
+            "the same content sends nothing; other content replaces a derived table's partition and is "
+            "refused on primary raw. replace: once this run's rows are visible, delete the partition's "
+            "older runs. append: keep every run's rows.",
         ),
-    ] = "append",
+    ] = "auto",
     replace_key: Annotated[
         str | None,
         typer.Option(
             "--replace-key",
-            help="With --mode replace: the logical partition to replace (default: --partition). The write "
-            "runs as partition KEY@RUN, RUN new for each command unless --partition names it.",
+            help="With --mode auto or replace: the logical partition (default: --partition). The write runs "
+            "as partition KEY@RUN, RUN new for each command unless --partition names it.",
         ),
     ] = None,
+    allow_raw_replace: Annotated[
+        bool,
+        typer.Option(
+            "--allow-raw-replace",
+            help="Let a re-run replace a primary_raw partition's rows (refused without it).",
+        ),
+    ] = False,
     role: Annotated[
         str | None, typer.Option("--role", help="primary_raw or derived (default: config).")
     ] = None,
@@ -267,26 +283,24 @@ def ingest(
     order, so re-running the same command resumes after what was already delivered and sends only the
     rest. With ``--mode replace`` the earlier runs of
     the partition are deleted once this run's rows are visible; pass ``--partition KEY@RUN`` to make a
-    replace resumable (re-running it resumes, then deletes).
+    replace resumable (re-running it resumes, then deletes). A replace that a newer run of the partition
+    superseded exits 1 naming it.
     """
     from zerobus_orchestration.cli.write_mode import superseded_summary, write_partition
     from zerobus_orchestration.config import Role
     from zerobus_orchestration.errors import ConfigError, RunSupersededError
     from zerobus_orchestration.files import declared_columns, read_files
     from zerobus_orchestration.runtime.registry import acquire_runtime, close_all_runtimes
-    from zerobus_orchestration.write_modes import WriteMode, logical_partition, refuse_on_primary_raw
+    from zerobus_orchestration.write_modes import WriteMode, logical_partition, rerun_policy
 
     cfg = resolve_config(config, warehouse)
     write_source = source or ",".join(Path(f).name for f in files)
     write_mode = WriteMode.parse(mode, where=f"ingest into {table}")
     table_role = Role(role) if role else cfg.role
-    if write_mode is WriteMode.REPLACE:
-        try:
-            refuse_on_primary_raw(table, table_role)  # before any file is read or the emulator started
-        except ConfigError as exc:  # the runtime's words, plus how to say "derived" on the command line
-            raise ConfigError(
-                f"{exc}; on the command line: --role derived (or ZEROBUS_ROLE=derived)"
-            ) from None
+    try:  # a replace of primary raw without the opt-in: refused before any file is read or emulator started
+        rerun_policy(write_mode, table_role, table=table, named=True, allow_raw_replace=allow_raw_replace)
+    except ConfigError as exc:  # the runtime's words, plus how to say "derived" on the command line
+        raise ConfigError(f"{exc}; on the command line: --role derived (or ZEROBUS_ROLE=derived)") from None
     partition = write_partition(write_mode, partition, replace_key, table=table, source=source)
     try:
         nulls = () if no_csv_nulls else csv_null
@@ -301,6 +315,7 @@ def ingest(
             resume=not no_resume,
             mode=write_mode,
             replace_key=replace_key,
+            allow_raw_replace=allow_raw_replace,
         ).as_dict()
     except RunSupersededError as exc:  # a newer run of the partition won: say which, then fail (exit 1)
         if as_json:
@@ -313,11 +328,16 @@ def ingest(
         f"{result['table']} (skipped {result['rows_skipped']:,} already delivered; "
         f"Delta version {result['delta_version']})"
     )
-    if write_mode is WriteMode.REPLACE:
+    if result["already_delivered"]:
+        human += (
+            f"\nalready delivered: nothing sent, the table holds this input as run {result['delivered_by']}"
+        )
+    elif write_mode is WriteMode.REPLACE or result["superseded_sources"]:
         superseded = result["superseded_sources"]
         human += (
-            f"\nreplaced partition {logical_partition(partition)!r} (this run: {partition!r}): deleted the "
-            f"rows of {len(superseded)} earlier run(s)" + (f": {', '.join(superseded)}" if superseded else "")
+            f"\nreplaced partition {logical_partition(partition)!r} (this run: {result['partition']!r}): "
+            f"deleted the rows of {len(superseded)} earlier run(s)"
+            + (f": {', '.join(superseded)}" if superseded else "")
         )
     emit({**result, "files": list(inputs.paths)}, as_json, human)
 

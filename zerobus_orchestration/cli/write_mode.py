@@ -1,10 +1,12 @@
-"""How ``zerobus-orch ingest --mode replace`` names its run (docs/adr/0007-write-modes.md).
+"""How ``zerobus-orch ingest`` names its run of a partition (docs/adr/0007-write-modes.md).
 
-A replace deletes the other runs of its logical partition, so each CLI run writes under its own coverage
-partition ``KEY@RUN``: ``KEY`` is ``--replace-key`` or ``--partition``, ``RUN`` is new for every command
-(``cli-<UTC time>-<random>``) unless ``--partition KEY@RUN`` names it, which makes a failed replace
-resumable: the same command again resumes its rows, then deletes. The earlier runs are found by their
-``_twg_source`` tag, which carries the source, so a replace needs the same ``--source`` every run.
+With ``--mode auto`` (the default) or ``replace``, a write of ``--partition KEY`` is a run of logical
+partition ``KEY``, so each command writes under its own coverage partition ``KEY@RUN``: ``KEY`` is
+``--replace-key`` or ``--partition``, ``RUN`` is new for every command (``cli-<UTC time>-<random>``)
+unless ``--partition KEY@RUN`` names it, which makes the same command resume it. A re-run is compared
+with the partition's earlier run of the same source (``--source``, else the file names), and a replace
+deletes the older runs of it, so a replace needs the same ``--source`` every run. Without a partition
+(``auto``) or with ``append`` the partition is used as given: each run of the same command resumes.
 
 A replace that finds a newer run of its partition in the table fails (exit 1) naming it; with
 ``--json`` it first prints what it was and what superseded it (``superseded_summary``).
@@ -31,11 +33,11 @@ def write_partition(
     if mode is WriteMode.APPEND:
         if replace_key is not None:
             raise ConfigError(
-                f"table {table}: --replace-key applies only to --mode replace; fix: add --mode replace, or "
-                "drop --replace-key"
+                f"table {table}: --replace-key applies only to --mode auto or replace; fix: drop --mode "
+                "append, or drop --replace-key"
             )
         return partition
-    if source is None:
+    if source is None and mode is WriteMode.REPLACE:
         raise ConfigError(
             f"table {table}: --mode replace deletes the earlier runs of the same source, and without "
             "--source the source is this run's file names, which change between runs; fix: pass --source "
@@ -55,6 +57,8 @@ def write_partition(
             "partitions; fix: pass only one of them"
         )
     key = partition if replace_key is None else replace_key
+    if mode is WriteMode.AUTO and not key and replace_key is None:
+        return ""  # no partition named: the write resumes by source, as every write of it does
     return f"{key}{RUN_SEPARATOR}{new_run_id()}"
 
 

@@ -20,11 +20,13 @@ unflushed. Starting the emulator and building the transport to it is the embedde
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
@@ -36,19 +38,27 @@ from zerobus_orchestration.catalog.plan import ReconcilePlan
 from zerobus_orchestration.catalog.preconditions import Condition, check_primary_raw
 from zerobus_orchestration.config import Role, ZerobusConfig
 from zerobus_orchestration.contracts import ContractDescriptions
-from zerobus_orchestration.coverage import compaction, table_truth
+from zerobus_orchestration.coverage import compaction
 from zerobus_orchestration.coverage.store import CoverageStore
-from zerobus_orchestration.errors import RunSupersededError, needing_operator, restated
+from zerobus_orchestration.errors import (
+    ConfigError,
+    ResumeMismatchError,
+    RunSupersededError,
+    needing_operator,
+    restated,
+)
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
 from zerobus_orchestration.resume.pieces import ResumedPieces, resumed_pieces
-from zerobus_orchestration.runtime import embedded, failed_write
+from zerobus_orchestration.resume.rerun import Replay
+from zerobus_orchestration.runtime import embedded, failed_write, lifecycle
 from zerobus_orchestration.runtime.readback_service import ReadbackService
 from zerobus_orchestration.runtime.results import RuntimeHealth as RuntimeHealth
 from zerobus_orchestration.runtime.results import WriteResult as WriteResult
 from zerobus_orchestration.runtime.supersede import supersede
 from zerobus_orchestration.sink import input_check
 from zerobus_orchestration.sink.confirmation import LaneKind
+from zerobus_orchestration.sink.health import PoolHealth
 from zerobus_orchestration.sink.pool import StreamPool
 from zerobus_orchestration.sink.sink import ZerobusSink, is_in_memory
 from zerobus_orchestration.storage import CredentialCache
@@ -56,11 +66,12 @@ from zerobus_orchestration.tables import TableName
 from zerobus_orchestration.transport.base import Transport
 from zerobus_orchestration.transport.reachability import require_reachable
 from zerobus_orchestration.write_modes import (
+    RUN_SEPARATOR,
     PartitionRun,
+    Rerun,
     WriteMode,
-    logical_partition,
     partition_of_tag,
-    refuse_on_primary_raw,
+    rerun_policy,
     source_tag,
 )
 
@@ -80,6 +91,35 @@ ArrowData: TypeAlias = (
 Descriptions: TypeAlias = Mapping[str, str] | ContractDescriptions | None
 
 DEFAULT_SINK_ID = "zerobus-orchestration"
+
+
+@dataclass(frozen=True)
+class _Send:
+    """How a write sends, whichever run it sends as (``write``'s arguments, resolved once)."""
+
+    role: Role | None
+    descriptions: Descriptions
+    tags: TableTags | None
+    offset_column: str | None
+    ordering_key: str | None
+    not_before: dt.datetime | None
+    whole: bool  # in-memory input: checked whole before anything is sent
+    schema: pa.Schema | None  # the input's, when known before a row is read
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """What one run's send delivered, measured."""
+
+    rows: int
+    skipped: int
+    bytes: int
+    payload_bytes: int
+    span: OffsetRange
+    streams: int
+    health: PoolHealth
+    resent: int
+    resent_after_crash: int
 
 
 class ZerobusRuntime:
@@ -238,16 +278,24 @@ class ZerobusRuntime:
         resume: bool = True,
         offset_column: str | None = None,
         ordering_key: str | None = None,
-        mode: WriteMode | str = WriteMode.APPEND,
+        mode: WriteMode | str = WriteMode.AUTO,
         replace_key: str | None = None,
         schema: pa.Schema | None = None,
         not_before: dt.datetime | None = None,
+        allow_raw_replace: bool = False,
     ) -> WriteResult:
         """Reconcile, skip what coverage already holds, stream pipelined, return once durable.
 
-        ``mode="replace"``: once this write's rows are durable and visible in the table, the rows of the
-        other runs of its logical partition (``replace_key``, default the part of ``partition`` before
-        its last ``@``) are deleted through the catalog (``write_modes``). Refused on primary raw.
+        ``partition="<key>@<run>"`` names run ``run`` of logical partition ``key`` (``write_modes``), and
+        ``mode`` says what a re-run of the partition does (docs/adr/0007-write-modes.md): ``auto`` (the
+        default) sends nothing when the input is what an earlier run delivered (``already_delivered``),
+        replaces on a derived table, and on primary raw refuses other content before anything is sent
+        (``RerunRefusedError``) unless ``allow_raw_replace``; ``replace`` replaces on any table it may;
+        ``append`` keeps every run's rows. A replace deletes the partition's older runs once this write's
+        rows are durable and visible (``replace_key``: the logical partition, by default ``key``), and
+        fails with ``RunSupersededError`` when a newer run holds it. This run re-executed with other
+        content (a resume that finds the input changed) writes its next revision (``key@run#2``) and
+        replaces the first, where a replace may.
 
         ``schema``: the input's schema when the caller knows it up front (a declared schema or contract,
         a file's own schema). A write that holds no row still creates a missing table, from ``schema``,
@@ -269,24 +317,98 @@ class ZerobusRuntime:
         started = time.monotonic()
         name = TableName.parse(table).full_name
         write_mode = WriteMode.parse(mode, where=f"write to {name}")
-        start_version: int | None = None
-        if write_mode is WriteMode.REPLACE:
-            refuse_on_primary_raw(name, role or self.config.role)  # before anything is sent
-            # Where this run's rows can first appear: the lower end of its place in the partition's order.
-            start_version = self._table_version(name)
-        sink = self.sink(
-            name,
-            source=source,
-            partition=partition,
+        run = PartitionRun.of(source, partition)
+        policy = rerun_policy(
+            write_mode,
+            role or self.config.role,
+            table=name,
+            named=run.named,
+            allow_raw_replace=allow_raw_replace,
+        )  # a replace of primary raw without the opt-in is refused here, before anything is sent
+        if replace_key is not None and policy is not Rerun.KEEP and replace_key != run.key:
+            raise ConfigError(
+                f"table {name}: a replace of partition {replace_key!r} must write under it, but this write's "
+                f"partition is {partition!r}; fix: pass partition='{replace_key}{RUN_SEPARATOR}<run id>'"
+            )
+        send = _Send(
             role=role,
             descriptions=descriptions,
             tags=tags,
             offset_column=offset_column,
             ordering_key=ordering_key,
+            not_before=not_before,
+            whole=is_in_memory(data),
+            schema=schema,
+        )
+        if policy is Rerun.KEEP:
+            return self._result(name, run, self._send(name, data, run, send, resume=resume), started)
+        return self._write_run(name, data, run, policy, send, resume=resume, started=started)
+
+    def _write_run(
+        self,
+        name: str,
+        data: ArrowData,
+        run: PartitionRun,
+        policy: Rerun,
+        send: _Send,
+        *,
+        resume: bool,
+        started: float,
+    ) -> WriteResult:
+        """A write of a run of a logical partition: decided against the partition's other runs before
+        anything is sent (``lifecycle.decide``), then sent, then (``replace``) superseding older runs."""
+        replay = Replay(data)
+        try:
+            decision = lifecycle.decide(
+                self.catalog,
+                self.config,
+                self.coverage(name),
+                name,
+                run,
+                policy,
+                replay,
+                resume=resume,
+                offset_column=send.offset_column,
+            )
+            if decision.delivered_by is not None:
+                return self._already_delivered(name, decision, run, started)
+            if not run.same_run(decision.run):  # the rest of an earlier run: its attempts began before ours
+                send = dataclasses.replace(send, not_before=None)
+            try:
+                # A resume that may yet find its input changed keeps a copy to write the next revision from.
+                fallback = policy is Rerun.REPLACE and decision.run.named and decision.resume
+                again = replay.again(record=fallback)
+                sent = self._send(name, again, decision.run, send, resume=decision.resume)  # type: ignore[arg-type]
+            except ResumeMismatchError as exc:
+                if policy is not Rerun.REPLACE or not decision.run.named:
+                    raise lifecycle.refused_change(name, decision.run, exc) from exc
+                revised = decision.run.revised(decision.run.revision + 1)
+                log.info("%s: %s: the input changed; writing it as run %s", name, exc.span, revised.partition)
+                decision = lifecycle.Decision(revised, decision.start_version, resume=False)
+                sent = self._send(name, replay.again(), revised, send, resume=False)  # type: ignore[arg-type]
+        finally:
+            replay.close()
+        if policy is not Rerun.REPLACE:
+            return self._result(name, decision.run, sent, started)
+        superseded, birth = self._supersede(name, decision.run, decision.start_version)
+        return self._result(name, decision.run, sent, started, superseded=superseded, birth=birth)
+
+    def _send(self, name: str, data: ArrowData, run: PartitionRun, send: _Send, *, resume: bool) -> _Sent:
+        """Stream ``data`` as ``run``'s rows (resumed from its coverage, or sent whole), until durable."""
+        source, partition = run.source, run.partition
+        sink = self.sink(
+            name,
+            source=source,
+            partition=partition,
+            role=send.role,
+            descriptions=send.descriptions,
+            tags=send.tags,
+            offset_column=send.offset_column,
+            ordering_key=send.ordering_key,
         )
         # Checked before anything is sent or created: re-readable input whole, a stream as it is read.
         data, declared = input_check.checked(data, input_check.for_sink(sink, self.metrics))
-        schema = schema if schema is not None else declared
+        schema = send.schema if send.schema is not None else declared
         resent_before = sink.pool.rows_possibly_resent  # the pool outlives writes: count this one's only
         skipped = resent_after_crash = 0
         try:
@@ -296,8 +418,8 @@ class ZerobusRuntime:
                     data,
                     source=source,
                     partition=partition,
-                    offset_column=offset_column,
-                    not_before=not_before,
+                    offset_column=send.offset_column,
+                    not_before=send.not_before,
                 )
                 # In-memory input is checked whole before anything is sent, resumed or not (see ``push``).
                 sink.push_positioned(pieces, whole=is_in_memory(data))
@@ -328,7 +450,7 @@ class ZerobusRuntime:
             raise failure from exc
         info, span = sink.finish()
         if info.rows == 0 and not skipped:
-            self._create_when_empty(name, schema, role, descriptions, tags, source)
+            self._create_when_empty(name, schema, send.role, send.descriptions, send.tags, source)
         health = sink.health()
         store = self.coverage(name)
         if sink.pool.lane_kind is LaneKind.DERIVED:
@@ -337,10 +459,6 @@ class ZerobusRuntime:
         resent = sink.pool.rows_possibly_resent - resent_before
         with self._lock:
             self._rows_resent_after_crash += resent_after_crash
-        superseded: tuple[str, ...] = ()
-        birth: int | None = None
-        if write_mode is WriteMode.REPLACE:
-            superseded, birth = self._supersede(name, source, partition, replace_key, start_version)
         if resent:
             log.warning(
                 "%s: the write succeeded, but stream(s) reconnected during it (the SDK's recovery or a pool "
@@ -349,27 +467,83 @@ class ZerobusRuntime:
                 name,
                 resent,
             )
+        return _Sent(
+            info.rows,
+            skipped,
+            info.bytes,
+            info.payload_bytes,
+            span,
+            info.streams,
+            health,
+            resent,
+            resent_after_crash,
+        )
+
+    def _result(
+        self,
+        name: str,
+        run: PartitionRun,
+        sent: _Sent,
+        started: float,
+        *,
+        superseded: tuple[str, ...] = (),
+        birth: int | None = None,
+    ) -> WriteResult:
+        health = sent.health
         return WriteResult(
             table=name,
-            source=source,
-            partition=partition,
-            rows_written=info.rows,
-            rows_skipped=skipped,
-            bytes_written=info.bytes,
-            payload_bytes=info.payload_bytes,
-            offset_start=span.start,
-            offset_end=span.end,
-            streams_used=info.streams,
+            source=run.source,
+            partition=run.partition,
+            rows_written=sent.rows,
+            rows_skipped=sent.skipped,
+            bytes_written=sent.bytes,
+            payload_bytes=sent.payload_bytes,
+            offset_start=sent.span.start,
+            offset_end=sent.span.end,
+            streams_used=sent.streams,
             coalesce_ratio_p50=health.coalesce_ratio_p50,
             delivery_latency_p50_s=health.delivery_latency_p50_s,
             delivery_latency_p99_s=health.delivery_latency_p99_s,
             delta_version=self.delta_version(name),
             duration_s=time.monotonic() - started,
-            rows_possibly_resent=resent,
-            rows_resent_after_crash=resent_after_crash,
+            rows_possibly_resent=sent.resent,
+            rows_resent_after_crash=sent.resent_after_crash,
             superseded_sources=superseded,
-            source_tag=source_tag(source, partition),
+            source_tag=run.tag,
+            logical_partition=run.key,
+            already_delivered=sent.rows == 0 and sent.skipped > 0,
+            delivered_by=run.tag if sent.rows or sent.skipped else None,
             run_order_version=birth,
+        )
+
+    def _already_delivered(
+        self, name: str, decision: lifecycle.Decision, run: PartitionRun, started: float
+    ) -> WriteResult:
+        """Nothing sent: the input is what run ``decision.delivered_by`` delivered, as the table shows."""
+        holder = PartitionRun.of_tag(decision.delivered_by or "", run.source) or run
+        held = self.coverage(name).ranges(CoverageKey(DEFAULT_SINK_ID, holder.tag, holder.partition))
+        rows = decision.rows
+        log.info("%s: partition %r: already delivered by run %s; nothing sent", name, run.key, holder.tag)
+        return WriteResult(
+            table=name,
+            source=run.source,
+            partition=holder.partition,
+            rows_written=0,
+            rows_skipped=rows,
+            bytes_written=0,
+            offset_start=held[0].start if held else 0,
+            offset_end=held[-1].end if held else rows,
+            streams_used=0,
+            payload_bytes=0,
+            coalesce_ratio_p50=None,
+            delivery_latency_p50_s=None,
+            delivery_latency_p99_s=None,
+            delta_version=self.delta_version(name),
+            duration_s=time.monotonic() - started,
+            source_tag=holder.tag,
+            logical_partition=run.key,
+            already_delivered=True,
+            delivered_by=holder.tag,
         )
 
     def _resumed_pieces(
@@ -424,25 +598,24 @@ class ZerobusRuntime:
         log.info("%s: the write held no row; created the table from the input's schema", name)
 
     def _supersede(
-        self, name: str, source: str, partition: str, replace_key: str | None, start_version: int | None
+        self, name: str, run: PartitionRun, start_version: int | None
     ) -> tuple[tuple[str, ...], int | None]:
         """The ``replace`` step after the write's flush: delete the older runs, forget their coverage."""
-        run = PartitionRun.of(source, partition)
         try:
             done = supersede(
                 self.catalog,
                 self.config,
                 name,
                 run=run,
-                replace_key=logical_partition(partition) if replace_key is None else replace_key,
-                delivered=self.covered(name, source=source, partition=partition),
+                replace_key=run.key,
+                delivered=self.covered(name, source=run.source, partition=run.partition),
                 start_version=start_version,
                 commit=lambda: self.delta_version(name),  # embedded: commit what the emulator acknowledged
             )
         except RunSupersededError as exc:
-            self._forget(name, source, (*exc.superseded, *((run.tag,) if exc.deleted_own else ())))
+            self._forget(name, run.source, (*exc.superseded, *((run.tag,) if exc.deleted_own else ())))
             raise
-        self._forget(name, source, done.deleted_tags)
+        self._forget(name, run.source, done.deleted_tags)
         return done.deleted_tags, done.birth_version
 
     def _forget(self, name: str, source: str, tags: Iterable[str]) -> None:
@@ -451,10 +624,13 @@ class ZerobusRuntime:
             CoverageKey(DEFAULT_SINK_ID, tag, partition_of_tag(tag, source) or "") for tag in tags
         )
 
-    def _table_version(self, name: str) -> int | None:
-        """The table's Delta version now, from its log (None: no table yet)."""
-        reader = table_truth.reader_for(self.catalog, self.config, name)
-        return None if reader is None else table_truth.table_version(reader)
+    def latest_runs(self, table: str, *, source: str) -> dict[str, str]:
+        """``{logical partition: _twg_source tag}`` of the run a reader takes for each of ``source``'s
+        partitions (``lifecycle.latest_runs``): ``write_modes.latest_run_filter(*tags.values())`` reads
+        each partition once, also while a newer run is still writing."""
+        return lifecycle.latest_runs(
+            self.catalog, self.config, TableName.parse(table).full_name, source=source
+        )
 
     def delta_version(self, table: str) -> int | None:
         """The Delta version that holds everything acknowledged so far (``ReadbackService.delta_version``)."""

@@ -260,8 +260,13 @@ class ReadbackService:
                 if (part := partition_of_tag(tag, source)) is not None
                 and logical_partition(part) == partition
             }
-            if source_tag(source, partition) in runs or not runs:
+            if source_tag(source, partition) in runs:
                 return partition
+            if not runs:
+                # No run of it visible yet (the service commits late): the run this host delivered, if any
+                # (of several, the greatest id: a CLI run's id starts with its UTC time).
+                pending = self._cached_runs(name, source, partition)
+                return max(pending) if pending else partition
             return runs[history.newest(runs, after=ABSENT)]
         first: dict[str, tuple[dt.datetime, str]] = {}
         oldest = dt.datetime.min.replace(tzinfo=dt.UTC)
@@ -270,6 +275,16 @@ class ReadbackService:
             if part is not None:
                 first[part] = (stamp or oldest, part)
         return max(first, key=first.__getitem__) if first else None
+
+    def _cached_runs(self, table: str, source: str, partition: str) -> list[str]:
+        """The coverage partitions of the runs of ``source``'s logical ``partition`` this host delivered."""
+        if not self._has_cache():
+            return []
+        return [
+            key.partition
+            for key in self.coverage_map(table, source=source)
+            if RUN_SEPARATOR in key.partition and logical_partition(key.partition) == partition
+        ]
 
     def verify_once(
         self,

@@ -51,6 +51,13 @@ class WriteResult:
     write deleted once its own rows were visible: the runs older than it (``runtime/supersede.py``)."""
     source_tag: str = ""
     """The ``_twg_source`` value of this write's rows (``write_modes.source_tag(source, partition)``)."""
+    logical_partition: str = ""
+    """The logical partition ``partition`` is a run of (``write_modes.PartitionRun``)."""
+    already_delivered: bool = False
+    """Nothing had to be sent: the table already held this input, as the rows of run ``delivered_by``
+    (an earlier run of the partition with the same content, or this run's earlier attempt)."""
+    delivered_by: str | None = None
+    """The ``_twg_source`` tag of the rows that hold this input in the table (None: the input had no row)."""
     run_order_version: int | None = None
     """``replace`` writes: the Delta version at which this run's rows became visible, its place in the
     order of its partition's runs that every host reads from the table (None: no rows, or ``append``)."""

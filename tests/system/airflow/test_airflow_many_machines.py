@@ -149,8 +149,10 @@ def test_the_sensor_on_another_host_verifies_the_ingests_xcom_record(
     assert ingested.returncode == 0, ingested.stderr[-3000:]
     state, written = _task_instance("ingest")
     assert state == "success", (ingested.stdout + ingested.stderr)[-4000:]
-    source, partition = f"{dag_source.DAG_ID}/ingest", f"{RUN_ID}/-1"
+    # The run of the DAG run's logical date (and map index): "<ds>/-1@<run id>".
+    source, partition = f"{dag_source.DAG_ID}/ingest", f"{written['logical_partition']}@{RUN_ID}"
     assert written["rows_written"] == ROWS and written["rows_skipped"] == 0
+    assert written["logical_partition"].endswith("/-1")
     assert (written["source"], written["partition"]) == (source, partition)
     # The rows went through the local cloud into its warehouse, not into host A's.
     served = table_uri(str(local_cloud["warehouse"]), dag_source.TABLE)

@@ -79,8 +79,11 @@ def _run(dag: DAG, hours: int) -> Run:
     )
 
 
-def _run_twice(dag: DAG) -> tuple[Run, Run]:
-    first, second = _run(dag, 1), _run(dag, 2)
+def _run_twice(dag: DAG, path: Path) -> tuple[Run, Run]:
+    """Two runs of the day, the second with corrected input (other order ids)."""
+    first = _run(dag, 1)
+    _orders(path, start=1_000)
+    second = _run(dag, 2)
     assert first.run_id != second.run_id
     return first, second
 
@@ -96,8 +99,8 @@ def _tag_counts(table: str) -> dict[str, int]:
         hook.release()
 
 
-def _orders(path: Path, n: int = 50) -> Path:
-    pq.write_table(pa.table({"order_id": pa.array(range(n), pa.int64())}), path)
+def _orders(path: Path, n: int = 50, start: int = 0) -> Path:
+    pq.write_table(pa.table({"order_id": pa.array(range(start, start + n), pa.int64())}), path)
     return path
 
 
@@ -105,10 +108,11 @@ def test_a_rerun_of_a_day_reads_back_its_own_rows_with_no_duplicates(
     register_dag: Any, tmp_path: Path
 ) -> None:
     table = "main.derived.replace_readback_ok"
-    dag = _replace_dag("replace_readback_ok", table, _orders(tmp_path / "orders.parquet"), deferrable=True)
+    path = _orders(tmp_path / "orders.parquet")
+    dag = _replace_dag("replace_readback_ok", table, path, deferrable=True)
     register_dag(dag)
 
-    first, second = _run_twice(dag)
+    first, second = _run_twice(dag, path)
 
     assert first.states == second.states == {"ingest": "success", "readback": "success"}
     written = second.xcoms["ingest"]
@@ -132,7 +136,8 @@ def test_a_replace_whose_delete_did_not_happen_reads_back_as_duplicates(
 ) -> None:
     table = f"main.derived.replace_readback_kept_{'deferred' if deferrable else 'poke'}"
     dag_id = f"replace_kept_{'deferred' if deferrable else 'poke'}"
-    dag = _replace_dag(dag_id, table, _orders(tmp_path / "orders.parquet"), deferrable=deferrable, timeout=3)
+    path = _orders(tmp_path / "orders.parquet")
+    dag = _replace_dag(dag_id, table, path, deferrable=deferrable, timeout=3)
     register_dag(dag)
     skipped: list[str] = []
 
@@ -142,7 +147,7 @@ def test_a_replace_whose_delete_did_not_happen_reads_back_as_duplicates(
 
     monkeypatch.setattr(runtime_module, "supersede", no_delete)
 
-    first, second = _run_twice(dag)
+    first, second = _run_twice(dag, path)
 
     assert skipped == ["2026-11-01/-1", "2026-11-01/-1"], "the fault must have acted on both runs"
     old_tag = f"{dag_id}/ingest[2026-11-01/-1@{first.run_id}]"
@@ -173,7 +178,7 @@ def test_a_replace_whose_delete_did_not_happen_reads_back_as_duplicates(
     query = f"SELECT order_id, _twg_source FROM t WHERE {latest_run_filter(written['source_tag'])}"
     rows = pa.table(QueryBuilder().register("t", delta).execute(query).read_all())
     assert rows.num_rows == 50 and pc.unique(rows["_twg_source"]).to_pylist() == [written["source_tag"]]
-    assert sorted(rows["order_id"].to_pylist()) == list(range(50))
+    assert sorted(rows["order_id"].to_pylist()) == list(range(1_000, 1_050))
     both = pa.table(QueryBuilder().register("t", delta).execute("SELECT count(*) AS n FROM t").read_all())
     assert both["n"].to_pylist() == [100], "without the filter the day is read twice"
 

@@ -49,6 +49,8 @@ def test_a_new_run_for_the_same_logical_date_replaces_that_day(tmp_path: Path, h
     op = _operator(tmp_path, "replace_day", write_mode="replace")
     first = op.execute(_context("scheduled__1", "2026-11-01"))
     other_day = op.execute(_context("scheduled__2", "2026-11-02"))
+    # The day's input corrected, then a new run for the same logical date.
+    pq.write_table(pa.table({"order_id": pa.array(range(100, 150), pa.int64())}), tmp_path / "orders.parquet")
     again = op.execute(_context("manual__rerun", "2026-11-01"))
     assert first["partition"] == "2026-11-01/-1@scheduled__1"
     assert (again["rows_written"], again["rows_skipped"]) == (50, 0)

@@ -57,7 +57,11 @@ def test_example_dag_runs_end_to_end(register_dag: Any, tmp_path: Path) -> None:
 
     ingest = xcom(dag.dag_id, run.run_id, "ingest")
     assert ingest["rows_written"] == 300 and ingest["table"] == module.TABLE
-    assert ingest["source"] == "zerobus_orders/ingest" and ingest["partition"] == f"{run.run_id}/-1"
+    # A run of the DAG run's logical date: "<ds>/-1@<run id>".
+    assert (
+        ingest["source"] == "zerobus_orders/ingest"
+        and ingest["partition"] == f"{ingest['logical_partition']}@{run.run_id}"
+    )
     readback = xcom(dag.dag_id, run.run_id, "readback")
     assert readback["verified"] is True and readback["duplicate_count"] == 0
     check = xcom(dag.dag_id, run.run_id, "check_primary_raw")
@@ -67,7 +71,7 @@ def test_example_dag_runs_end_to_end(register_dag: Any, tmp_path: Path) -> None:
     hook = ZerobusHook()
     try:
         rows = hook.get_conn().read_rows(
-            module.TABLE, source="zerobus_orders/ingest", partition=f"{run.run_id}/-1"
+            module.TABLE, source="zerobus_orders/ingest", partition=ingest["partition"]
         )
         assert rows.num_rows == 300
         assert rows["order_id"].to_pylist() == list(range(300))

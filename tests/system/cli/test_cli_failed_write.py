@@ -75,7 +75,8 @@ def test_csv_nulls_land_as_null_and_the_spelling_is_configurable(tmp_path: Path)
         {"name": None, "city": "-"},
         {"name": "Ada", "city": None},
     ]
-    again = _ingest(tmp_path, "--csv-null", "-", "--partition", "p2", str(path))
+    # --mode append: the partition as given (auto would write a run of it, s[p2@cli-...])
+    again = _ingest(tmp_path, "--csv-null", "-", "--partition", "p2", "--mode", "append", str(path))
     assert again.returncode == 0, again.stderr[-3000:]
     table = DeltaTable(str(_table(tmp_path))).to_pyarrow_table()
     second = table.filter(pc.equal(table["_twg_source"], "s[p2]")).sort_by("id").select(["name", "city"])

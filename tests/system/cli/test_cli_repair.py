@@ -63,7 +63,21 @@ def local_cloud(tmp_path: Path) -> Iterator[dict[str, object]]:
 
 def _duplicate_then_repair(env: dict[str, str], tmp_path: Path, served: str) -> None:
     data = _input(tmp_path / "clicks.parquet", range(200))
-    ingest = ["ingest", "--table", TABLE, "--source", "web", "--partition", "d1", "--json", data]
+    # --mode append: partition d1 as given, so --no-resume re-sends under the same tag (auto would make
+    # each command a new run of d1, and the second one a no-op)
+    ingest = [
+        "ingest",
+        "--table",
+        TABLE,
+        "--source",
+        "web",
+        "--partition",
+        "d1",
+        "--mode",
+        "append",
+        "--json",
+        data,
+    ]
     assert _run(env, *ingest).returncode == 0
     # Re-sent without resuming: positions 0..199 of web[d1] land twice (what at-least-once leaves).
     assert _run(env, *ingest, "--no-resume").returncode == 0

@@ -94,7 +94,10 @@ def test_a_second_run_of_a_partition_replaces_the_first_on_the_embedded_default(
             ["--source", "daily", "--mode", "replace"],
             ["main.derived.daily is a primary_raw table", "on the command line: --role derived"],
         ),
-        (["--source", "daily", "--replace-key", "d1"], ["--replace-key applies only to --mode replace"]),
+        (
+            ["--source", "daily", "--mode", "append", "--replace-key", "d1"],
+            ["--replace-key applies only to --mode auto or replace"],
+        ),
     ],
 )
 def test_bad_write_mode_options_are_refused_before_anything_is_written(
@@ -132,3 +135,45 @@ def test_replace_on_the_unity_backend_deletes_the_first_run_through_the_sql_ware
     history = DeltaTable(served).history()
     assert [h["operation"] for h in history].count("DELETE") == 1  # the warehouse's DELETE, one commit
     assert list((tmp_path / "host_b" / "warehouse").iterdir()) == []  # nothing written locally
+
+
+def test_a_rerun_from_another_host_is_compared_with_the_table_itself(
+    tmp_path: Path, local_cloud: dict[str, object]
+) -> None:
+    """Two hosts share nothing but the local cloud: host B's re-run of partition 2024-01-01 (primary raw,
+    the default role, ``--mode auto``) is compared with host A's rows as the table holds them."""
+    host_a = clean_env() | production_env(local_cloud, SECRET, tmp_path / "host_a")
+    host_b = clean_env() | production_env(local_cloud, SECRET, tmp_path / "host_b")
+    day = _input(tmp_path / "day.parquet", range(400))
+
+    def ingest(env: dict[str, str], data: str, *options: str) -> subprocess.CompletedProcess[str]:
+        return _run(
+            env, "ingest", "--table", TABLE, "--source", "daily", "--partition", "2024-01-01", *options, data
+        )
+
+    first = ingest(host_a, day, "--json")
+    assert first.returncode == 0, first.stderr[-3000:]
+    written = json.loads(first.stdout)
+    served = table_uri(str(local_cloud["warehouse"]), TABLE)
+    version = DeltaTable(served).version()
+
+    same = ingest(host_b, day)
+    assert same.returncode == 0, same.stderr[-3000:]
+    assert (
+        f"already delivered: nothing sent, the table holds this input as run daily[{written['partition']}]"
+        in (same.stdout)
+    )
+    assert DeltaTable(served).version() == version, "nothing committed"
+
+    corrected = _input(tmp_path / "corrected.parquet", range(1, 401))
+    refused = ingest(host_b, corrected, "--json")
+    assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+    for part in ("primary raw", "nothing was sent", "--allow-raw-replace", "--role derived"):
+        assert part in refused.stderr, refused.stderr
+    assert DeltaTable(served).version() == version
+
+    replaced = ingest(host_b, corrected, "--json", "--mode", "replace", "--allow-raw-replace")
+    assert replaced.returncode == 0, replaced.stderr[-3000:]
+    result = json.loads(replaced.stdout)
+    assert result["superseded_sources"] == [f"daily[{written['partition']}]"]
+    assert _rows(served) == {f"daily[{result['partition']}]": list(range(1, 401))}

@@ -19,7 +19,12 @@ DAYS = dg.StaticPartitionsDefinition(["2024-01-01", "2024-01-02"])
 ROWS = {"2024-01-01": 30, "2024-01-02": 20}
 
 
-@dg.asset(key=["raw", "visits"], partitions_def=DAYS, metadata={"partition_expr": "day"})
+# append: the second run of a day with other rows is kept beside the first (auto would refuse it on raw)
+@dg.asset(
+    key=["raw", "visits"],
+    partitions_def=DAYS,
+    metadata={"partition_expr": "day", "zerobus/write_mode": "append"},
+)
 def visits(context: dg.AssetExecutionContext) -> pa.Table:
     n = ROWS[context.partition_key]
     return pa.table({"day": [context.partition_key] * n, "visit": pa.array(range(n), pa.int64())})

@@ -23,7 +23,7 @@ TABLE = "main.derived.totals"
 
 
 def _asset(totals: list[str], counts: np.ndarray) -> dg.AssetsDefinition:
-    @dg.asset(key=KEY, metadata={"zerobus/role": "derived"})
+    @dg.asset(key=KEY, metadata={"zerobus/role": "derived", "zerobus/write_mode": "append"})  # runs add up
     def totals_asset() -> pd.DataFrame:
         return pd.DataFrame({"total": [Decimal(t) for t in totals], "n": counts})
 

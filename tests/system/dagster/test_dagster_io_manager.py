@@ -1,4 +1,4 @@
-"""ZerobusIOManager against the embedded emulator: append per run, read-back, partitions, frames, bad input."""
+"""ZerobusIOManager against the embedded emulator: runs of a partition, read-back, partitions, frames, bad input."""
 
 import datetime as dt
 import itertools
@@ -54,33 +54,46 @@ def read_all(zerobus: ZerobusResource, table: str, source: str) -> pa.Table:
     return rt.read_rows(table)
 
 
-def test_materialize_twice_appends_with_coverage_per_run(zerobus: ZerobusResource, resources: dict) -> None:
+def test_materialize_twice_with_the_same_output_sends_nothing_the_second_time(
+    zerobus: ZerobusResource, resources: dict
+) -> None:
+    """Before the partition lifecycle, the second run appended a second copy: 1,000 rows where 500 belong."""
     runs = []
     for _ in range(2):
         result = dg.materialize([*events_contract.definitions, events], resources=resources)
         assert result.success
         runs.append(result)
     rt = zerobus.runtime
+    first, second = runs
+    assert rt.covered("main.raw.events", source="raw/events", partition=f"@{first.run_id}") == (
+        OffsetRange(0, 500),
+    )
+    assert rt.covered("main.raw.events", source="raw/events", partition=f"@{second.run_id}") == ()
     for result in runs:
-        assert rt.covered("main.raw.events", source="raw/events", partition=f"@{result.run_id}") == (
-            OffsetRange(0, 500),
-        )
         meta = result.asset_materializations_for_node("raw__events")[0].metadata
         assert meta["dagster/row_count"].value == 500
         assert meta["dagster/table_name"].value == "main.raw.events"
         assert meta["dagster/uri"].value.endswith("main/raw/events")
-        assert meta["zerobus/rows_written"].value == 500
-        assert meta["zerobus/streams_used"].value >= 1
-        assert meta["zerobus/delivery_latency_p99_s"].value >= meta["zerobus/delivery_latency_p50_s"].value
+        assert meta["zerobus/source_tag"].value == f"raw/events[@{first.run_id}]", "where the rows are"
+        assert meta["zerobus/logical_partition"].value == ""
         columns = {c.name: c.description for c in meta["dagster/column_schema"].schema.columns}
         # The asset's own description and the contract's (which wins where both describe a column).
         assert columns == {"event_id": "Event number.", "kind": "Event kind."}
+    written = first.asset_materializations_for_node("raw__events")[0].metadata
+    assert (
+        written["zerobus/rows_written"].value == 500 and written["zerobus/already_delivered"].value is False
+    )
+    assert written["zerobus/streams_used"].value >= 1
+    assert written["zerobus/delivery_latency_p99_s"].value >= written["zerobus/delivery_latency_p50_s"].value
+    again = second.asset_materializations_for_node("raw__events")[0].metadata
+    assert again["zerobus/already_delivered"].value is True
+    assert again["zerobus/delivered_by"].value == f"raw/events[@{first.run_id}]"
+    assert (again["zerobus/rows_written"].value, again["zerobus/rows_skipped"].value) == (0, 500)
     back = read_all(zerobus, "main.raw.events", "raw/events")
-    assert back.num_rows == 1_000
-    expected = events_table(500).to_pylist() * 2
+    assert back.num_rows == 500
     key = ("event_id", "kind")
     assert sorted(_payload(back).to_pylist(), key=lambda r: tuple(r[k] for k in key)) == sorted(
-        expected, key=lambda r: tuple(r[k] for k in key)
+        events_table(500).to_pylist(), key=lambda r: tuple(r[k] for k in key)
     )
 
 

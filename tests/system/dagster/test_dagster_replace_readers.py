@@ -15,17 +15,18 @@ DAYS = dg.StaticPartitionsDefinition(["2024-01-01", "2024-01-02", "2024-01-03"])
 DAY = "2024-01-01"
 CLICKS = 240
 SEEN: list[int] = []  # rows each downstream run loaded
+FIRST_ID = {"clicks": 0}  # what the next run of ``clicks`` starts its click ids at: a new run, new content
 REPLACE = {"partition_expr": "day", "zerobus/role": "derived", "zerobus/write_mode": "replace"}
 
 
 @dg.asset(key=["web", "clicks"], partitions_def=DAYS, metadata=REPLACE)
 def clicks(context: dg.AssetExecutionContext) -> pa.Table:
-    return _days(context.partition_keys)
+    return _days(context.partition_keys, FIRST_ID["clicks"])
 
 
-def _days(keys: list[str]) -> pa.Table:
+def _days(keys: list[str], first: int = 0) -> pa.Table:
     days = [d for d in keys for _ in range(CLICKS)]
-    return pa.table({"day": days, "click_id": pa.array(range(len(days)), pa.int64())})
+    return pa.table({"day": days, "click_id": pa.array(range(first, first + len(days)), pa.int64())})
 
 
 @dg.asset(
@@ -48,11 +49,13 @@ def test_a_downstream_reads_the_last_complete_run_while_a_newer_one_is_not_past_
     zerobus: ZerobusResource, resources: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     SEEN.clear()
+    FIRST_ID["clicks"] = 0
     instance = dg.DagsterInstance.ephemeral()
     first = dg.materialize([clicks, daily_clicks], resources=resources, instance=instance, partition_key=DAY)
     assert first.success and SEEN == [CLICKS]
 
-    # Run 2 of the partition: its rows become durable and visible, then its delete fails.
+    # Run 2 of the partition, with other clicks: its rows become durable and visible, then its delete fails.
+    FIRST_ID["clicks"] = 10_000
     rt = zerobus.runtime
 
     def refuse_delete(*_args: object, **_kwargs: object) -> None:
@@ -111,8 +114,13 @@ def test_an_unpartitioned_input_skips_a_run_that_was_never_materialised(
     # A newer run's rows are visible before its materialisation exists (still writing, or crashed).
     rt = zerobus.runtime
     half = pa.table({"n": pa.array(range(4), pa.int64())})
-    rt.write(
-        "main.web.snapshot", half, source="web/snapshot", partition="@run-still-writing", role=Role.DERIVED
+    rt.write(  # appended: a run that has not reached its replace step yet
+        "main.web.snapshot",
+        half,
+        source="web/snapshot",
+        partition="@run-still-writing",
+        role=Role.DERIVED,
+        mode="append",
     )
     rt.verify("main.web.snapshot", source="web/snapshot")
     assert rt.read_rows("main.web.snapshot").num_rows == 14, (
@@ -126,7 +134,7 @@ def test_an_unpartitioned_input_skips_a_run_that_was_never_materialised(
     assert SEEN == [10], "only the materialised run is read"
 
 
-@dg.asset(key=["web", "hits"], metadata={"zerobus/role": "derived"})
+@dg.asset(key=["web", "hits"], metadata={"zerobus/role": "derived", "zerobus/write_mode": "append"})
 def hits() -> pa.Table:
     return pa.table({"n": pa.array(range(10), pa.int64())})
 

@@ -1,5 +1,5 @@
-"""Write modes through ``dg.materialize``: a re-materialised partition replaces it; a failed append says
-how many rows landed and how to resume."""
+"""Write modes through ``dg.materialize``: a re-materialised partition with the same output sends nothing,
+with other output replaces it; a failed write says how many rows landed and how to resume."""
 
 from collections.abc import Iterator
 
@@ -14,6 +14,7 @@ from zerobus_orchestration.ranges import OffsetRange
 DAYS = dg.StaticPartitionsDefinition(["2024-01-01", "2024-01-02"])
 CLICKS = 240
 SEEN: list[int] = []  # rows each downstream run loaded
+FIRST_ID = {"clicks": 0}  # the click ids of the next run start here: other output, a real re-run
 
 
 @dg.asset(
@@ -22,8 +23,12 @@ SEEN: list[int] = []  # rows each downstream run loaded
     metadata={"partition_expr": "day", "zerobus/role": "derived", "zerobus/write_mode": "replace"},
 )
 def clicks(context: dg.AssetExecutionContext) -> pa.Table:
+    first = FIRST_ID["clicks"]
     return pa.table(
-        {"day": [context.partition_key] * CLICKS, "click_id": pa.array(range(CLICKS), pa.int64())}
+        {
+            "day": [context.partition_key] * CLICKS,
+            "click_id": pa.array(range(first, first + CLICKS), pa.int64()),
+        }
     )
 
 
@@ -40,10 +45,11 @@ def daily_clicks(context: dg.AssetExecutionContext, clicks: pa.Table) -> pa.Tabl
 
 def test_rematerialising_a_partition_replaces_it(zerobus: ZerobusResource, resources: dict) -> None:
     SEEN.clear()
-    runs = [
-        dg.materialize([clicks, daily_clicks], resources=resources, partition_key=day)
-        for day in ("2024-01-01", "2024-01-02", "2024-01-01")
-    ]
+    runs = []
+    for day, first_id in (("2024-01-01", 0), ("2024-01-02", 0), ("2024-01-01", 5_000)):
+        FIRST_ID["clicks"] = first_id
+        runs.append(dg.materialize([clicks, daily_clicks], resources=resources, partition_key=day))
+    FIRST_ID["clicks"] = 0
     assert all(r.success for r in runs)
     assert SEEN == [CLICKS, CLICKS, CLICKS], "the downstream must read the re-run partition once"
     first, _, again = runs
@@ -78,7 +84,10 @@ def snapshot() -> pa.Table:
 def test_manager_write_mode_replaces_an_unpartitioned_table(zerobus: ZerobusResource) -> None:
     manager = ZerobusIOManager(zerobus=zerobus, write_mode="replace")
     for _ in range(2):
-        assert dg.materialize([snapshot], resources={"io_manager": manager}).success
+        result = dg.materialize([snapshot], resources={"io_manager": manager})
+        assert result.success
+    meta = result.asset_materializations_for_node("web__snapshot")[0].metadata
+    assert meta["zerobus/already_delivered"].value is True, "the same output twice: nothing sent"
     rt = zerobus.runtime
     assert rt.verify("main.web.snapshot", source="web/snapshot").verified
     assert rt.read_rows("main.web.snapshot").num_rows == 10

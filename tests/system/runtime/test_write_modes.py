@@ -1,4 +1,7 @@
-"""``write(mode="replace")`` through the real runtime: the official SDK, the embedded emulator, real Delta."""
+"""Write modes and a partition's lifecycle through the real runtime: the official SDK, the embedded
+emulator, real Delta. ``replace`` supersedes older runs in the table's order; ``auto`` (the default) makes
+a re-run with the same content a no-op, replaces a derived partition and refuses other content on primary
+raw before anything is sent."""
 
 from __future__ import annotations
 
@@ -17,8 +20,8 @@ from zerobus_orchestration.runtime.facade import ZerobusRuntime
 TABLE = "main.derived.daily"
 
 
-def rows(day: str, n: int) -> pa.Table:
-    return pa.table({"day": [day] * n, "clicks": pa.array(range(n), pa.int64())})
+def rows(day: str, n: int, start: int = 0) -> pa.Table:
+    return pa.table({"day": [day] * n, "clicks": pa.array(range(start, start + n), pa.int64())})
 
 
 def tags_in_table(rt: ZerobusRuntime) -> dict[str, int]:
@@ -38,7 +41,7 @@ def test_replace_deletes_the_earlier_runs_of_the_same_partition_only(runtime: Ze
     runtime.write(TABLE, rows("d2", 100), partition="d2@run-1", **write)
     assert tags_in_table(runtime) == {"daily[d1@run-1]": 240, "daily[d2@run-1]": 100}
 
-    result = runtime.write(TABLE, rows("d1", 240), partition="d1@run-2", **write)
+    result = runtime.write(TABLE, rows("d1", 240, start=1), partition="d1@run-2", **write)
 
     assert result.superseded_sources == ("daily[d1@run-1]",)
     assert tags_in_table(runtime) == {"daily[d1@run-2]": 240, "daily[d2@run-1]": 100}
@@ -53,7 +56,7 @@ def test_replace_deletes_the_earlier_runs_of_the_same_partition_only(runtime: Ze
 def test_append_keeps_every_run(runtime: ZerobusRuntime) -> None:
     for run in ("run-1", "run-2"):
         result = runtime.write(
-            TABLE, rows("d1", 50), source="daily", partition=f"d1@{run}", role=Role.DERIVED
+            TABLE, rows("d1", 50), source="daily", partition=f"d1@{run}", role=Role.DERIVED, mode="append"
         )
         assert result.superseded_sources == ()
     assert tags_in_table(runtime) == {"daily[d1@run-1]": 50, "daily[d1@run-2]": 50}
@@ -101,7 +104,7 @@ def test_readback_of_a_replace_counts_runs_it_has_not_deleted_yet_then_a_rerun_f
 
     monkeypatch.setattr(runtime.catalog, "delete_rows", lost_connection)
     with pytest.raises(CatalogError, match="warehouse went away"):
-        runtime.write(TABLE, rows("d1", 240), partition="d1@run-2", **write)
+        runtime.write(TABLE, rows("d1", 240, start=1), partition="d1@run-2", **write)
     assert tags_in_table(runtime) == {"daily[d1@run-1]": 240, "daily[d1@run-2]": 240}, "the fault acted"
 
     assert runtime.verify(TABLE, source="daily", partition="d1@run-2").verified  # waits for Iceberg
@@ -113,7 +116,7 @@ def test_readback_of_a_replace_counts_runs_it_has_not_deleted_yet_then_a_rerun_f
     assert "daily[d1@run-1]" in judged.message and "still in the table" in judged.message
 
     monkeypatch.undo()
-    again = runtime.write(TABLE, rows("d1", 240), partition="d1@run-2", **write)
+    again = runtime.write(TABLE, rows("d1", 240, start=1), partition="d1@run-2", **write)
     assert (again.rows_written, again.rows_skipped) == (0, 240), "the re-run resumes, then deletes"
     assert again.superseded_sources == ("daily[d1@run-1]",)
     assert runtime.verify(TABLE, source="daily", partition="d1@run-2").verified
