@@ -11,7 +11,10 @@ The race is made real, not left to luck: the emulator delays every acknowledgeme
 longer than the two processes' start-up jitter, so each run's rows are visible in the table while the
 other is still waiting for its acknowledgements. The test checks from the table's history that both runs'
 rows were there at once, that both processes started before either finished, and which run is newer
-(the first Delta version holding its rows; a tie goes to the greater tag).
+(the first Delta version holding its rows; a tie goes to the greater tag). On a loaded machine one
+process may start so late that the other has finished before its rows exist: then both exit 0 (the
+runs were one after the other, and the later one replaced the earlier); the test accepts such a round
+only when the table's history shows it, and requires at least half the rounds to have raced.
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ def _rows(uri: str, prefix: str) -> dict[str, list[int]]:
 
 
 def _rounds(envs: tuple[dict[str, str], dict[str, str]], tmp_path: Path, uri: str) -> None:
+    raced = 0
     for n in range(ROUNDS):
         key = f"2026-01-{n + 1:02d}"
         prefix = f"daily[{key}@"
@@ -116,28 +120,41 @@ def _rounds(envs: tuple[dict[str, str], dict[str, str]], tmp_path: Path, uri: st
         began = time.monotonic()
         runs = _race(envs, tmp_path, key, n)
         print(f"round {n + 1}: {time.monotonic() - began:.1f} s, exits {[r.returncode for r in runs]}")
-        where = f"round {n + 1}: {[(r.returncode, r.summary, r.stderr[-600:]) for r in runs]}"
+        raced += _check_round(runs, uri, before, prefix, f"round {n + 1}")
+    # The ack delay makes nearly every round a race; a round can run one after the other only when one
+    # process starts late on a loaded machine. At least half must have raced, or the test proved little.
+    assert raced >= ROUNDS // 2, f"only {raced} of {ROUNDS} rounds raced"
 
-        winners = [r for r in runs if r.returncode == 0]
-        losers = [r for r in runs if r.returncode != 0]
-        assert len(winners) == 1 and len(losers) == 1, where
-        (winner,), (loser,) = winners, losers
-        won, lost = str(winner.summary["source_tag"]), str(loser.summary["source_tag"])
-        # The partition holds exactly the winner's rows: never empty, never both.
-        assert _rows(uri, prefix) == {won: winner.ids}, where
-        assert winner.summary["superseded_sources"] == [lost], where
-        assert loser.returncode == 1 and loser.summary["status"] == "superseded", where
-        assert loser.summary["superseded_by"] == won, where
-        assert f"superseded by the newer run {won!r}" in loser.stderr, where
 
-        # The race happened: both processes were running at once, and both runs' rows were in the table.
-        assert max(r.started for r in runs) < min(r.ended for r in runs), where
-        history = _tags_by_version(uri, before, prefix)
-        assert any(tags == {won, lost} for tags in history.values()), f"{where}: never both in the table"
-        # The winner is the newer: its rows appeared later (or in the same commit, with the greater tag).
-        born = {tag: min(v for v, tags in history.items() if tag in tags) for tag in (won, lost)}
-        assert (born[won], won) > (born[lost], lost), f"{where}: births {born}"
-        assert winner.summary["run_order_version"] == born[won], where
+def _check_round(runs: list[Run], uri: str, before: int, prefix: str, round_name: str) -> int:
+    """Check one round's outcome from the table's history; 1 if the runs raced, 0 if one followed the other."""
+    where = f"{round_name}: {[(r.returncode, r.summary, r.stderr[-600:]) for r in runs]}"
+    assert all(r.summary.get("source_tag") for r in runs), where
+    tags = [str(r.summary["source_tag"]) for r in runs]
+    history = _tags_by_version(uri, before, prefix)
+    # Which run is newer: the first Delta version holding its rows (a tie goes to the greater tag).
+    born = {tag: min(v for v, present in history.items() if tag in present) for tag in tags}
+    newer, older = sorted(runs, key=lambda r: (born[str(r.summary["source_tag"])], r.summary["source_tag"]))[
+        ::-1
+    ]
+    won, lost = str(newer.summary["source_tag"]), str(older.summary["source_tag"])
+    # Whatever the timing: the partition holds exactly the newer run's rows, never empty, never both,
+    # and the newer run exited 0 having deleted the older.
+    assert _rows(uri, prefix) == {won: newer.ids}, where
+    assert newer.returncode == 0 and newer.summary["superseded_sources"] == [lost], where
+    assert newer.summary["run_order_version"] == born[won], where
+    assert any(present == {won, lost} for present in history.values()), f"{where}: never both in the table"
+    if older.returncode == 0:
+        # Only a run that finished before the newer one's rows existed may succeed: it replaced what was
+        # there, and the newer run replaced it afterwards, as two runs one after the other do.
+        assert born[won] > int(str(older.summary["delta_version"])), f"{where}: births {born}"
+        return 0
+    assert older.returncode == 1 and older.summary["status"] == "superseded", where
+    assert older.summary["superseded_by"] == won, where
+    assert f"superseded by the newer run {won!r}" in older.stderr, where
+    # The race happened: both processes were running at once.
+    assert max(r.started for r in runs) < min(r.ended for r in runs), where
+    return 1
 
 
 def _warm_up(env: dict[str, str], tmp_path: Path) -> None:
