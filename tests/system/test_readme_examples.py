@@ -92,4 +92,6 @@ def test_the_airflow_example_ingests_and_verifies(register_dag: Any, tmp_path: P
     assert states == {"ingest": "success", "readback": "success"}
     ingest = xcom(dag.dag_id, run.run_id, "ingest")
     assert ingest["rows_written"] == 3 and ingest["table"] == "main.raw.events"
-    assert ingest["source"] == "events_to_delta/ingest" and ingest["partition"] == f"{run.run_id}/-1"
+    # A run of the logical date's partition (docs/adr/0007-write-modes.md), as the README's readback line says.
+    assert ingest["source"] == "events_to_delta/ingest"
+    assert ingest["partition"] == f"2026-11-30/-1@{run.run_id}"
