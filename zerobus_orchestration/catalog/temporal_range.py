@@ -120,6 +120,8 @@ def _within(values: pa.Array, path: str, rows: pa.Array | None) -> tuple[str, Ou
         values = values.cast(pa.list_(t.field(0)))
     items = values.flatten()
     parents = pc.list_parent_indices(values)
+    if values.null_count:  # parent indices still count a null list's backing items; flatten() does not
+        parents = parents.filter(pc.take(values.is_valid(), parents))
     item_rows = parents if rows is None else rows.take(parents)
     if pa.types.is_map(t):
         for name, child in (("key", items.field(0)), ("value", items.field(1))):

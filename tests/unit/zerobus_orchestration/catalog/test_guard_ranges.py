@@ -174,6 +174,20 @@ def test_a_nested_date_outside_the_span_is_refused_naming_its_path_and_row(case:
     assert f"row {row} of the batch (row position {10 + row})" in text
 
 
+def test_a_null_list_backed_by_items_does_not_shift_the_row_named() -> None:
+    # Row 0 is a null list whose slots still hold two items (Arrow allows it); the bad day is in row 2.
+    values = pa.ListArray.from_arrays(
+        pa.array([0, 2, 3, 4]),
+        pa.array([5, 6, 7, LAST_DAY + 1], pa.int32()).view(pa.date32()),
+        mask=pa.array([True, False, False]),
+    )
+    batch = pa.RecordBatch.from_arrays([values], ["when"])
+    with pytest.raises(WriteBoundaryError) as info:
+        conform_batch(T, batch, batch.schema)
+    assert "1 value(s) in when.element outside" in str(info.value)
+    assert "row 2 of the batch" in str(info.value)
+
+
 def test_a_nested_value_under_a_null_parent_is_not_a_value_and_passes() -> None:
     struct = pa.StructArray.from_arrays([NESTED_DAY], ["day"], mask=pa.array([False, False, True]))
     maps = pa.MapArray.from_arrays(
