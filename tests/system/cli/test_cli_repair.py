@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from tests.support.iceberg_helpers import wait_until
 from tests.support.local_cloud import CLI, clean_env, production_env, serve
 from zerobus_orchestration.tables import table_uri
 
@@ -91,6 +92,9 @@ def _duplicate_then_repair(env: dict[str, str], tmp_path: Path, served: str) -> 
         _input(tmp_path / "app.parquet", range(5)),
     ]
     assert _run(env, *other).returncode == 0
+    # Each ingest returns once its rows are durable; the service commits them to Delta a moment later:
+    # all 405 rows, web[d1]'s 200 positions twice and app's 5 once.
+    wait_until(lambda: _positions(served).total() == 405, 60, "every ingested row in the table")
     assert set(_positions(served).values()) == {1, 2}
 
     readback = [

@@ -16,6 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from tests.support.console_script import run_console_script
+from tests.support.iceberg_helpers import wait_until
 from tests.support.local_cloud import CLI, clean_env, production_env, serve
 from zerobus_orchestration.tables import table_uri
 
@@ -155,6 +156,9 @@ def test_a_rerun_from_another_host_is_compared_with_the_table_itself(
     assert first.returncode == 0, first.stderr[-3000:]
     written = json.loads(first.stdout)
     served = table_uri(str(local_cloud["warehouse"]), TABLE)
+    # The ingest returns once its rows are durable; the service commits them to Delta a moment later.
+    first_run = f"daily[{written['partition']}]"
+    wait_until(lambda: _rows(served).get(first_run) == list(range(400)), 60, "host A's rows in the table")
     version = DeltaTable(served).version()
 
     same = ingest(host_b, day)
