@@ -55,9 +55,7 @@ import json
 import logging
 import os
 import pstats
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -72,6 +70,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
+from scaling import Endpoint as Endpoint  # the sibling script (run from benchmarks/); re-exported
+from scaling import emulator_process as scaling_emulator_process
 
 from zerobus_orchestration.catalog.catalog_gate import CatalogGate
 from zerobus_orchestration.catalog.local import LocalCatalog
@@ -282,43 +282,12 @@ def json_calls(records: list[str]) -> Iterator[list[str]]:
 # -- the emulator, out of process -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    endpoint: str
-    workspace_url: str
-    client_id: str
-    client_secret: str
-    pid: int
-
-
 @contextmanager
 def emulator_process(warehouse: str, log: IO[bytes]) -> Iterator[Endpoint]:
-    """``python -m zerobus_orchestration.emulator`` in its own process; SIGTERM commits and stops it."""
-    # Materialisation effectively off while timing (it would compete for the cores); no Iceberg mirror.
-    command = [sys.executable, "-m", "zerobus_orchestration.emulator", "--warehouse", warehouse, "--json"]
-    command += ["--no-iceberg", "--time-to-table", "3600"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the emulator exited before serving (exit {proc.wait()}); see its log")
-        info = json.loads(line)
-        yield Endpoint(
-            str(info["endpoint"]),
-            str(info["workspace_url"]),
-            str(info["client_id"]),
-            Path(info["client_secret_file"]).read_text().strip(),  # the warehouse's own secret
-            proc.pid,
-        )
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # serve commits everything acknowledged before exiting
-            try:
-                proc.wait(timeout=300)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    """The emulator in its own process (``scaling.emulator_process``), materialisation effectively off
+    while timing (it would compete for the cores) and no Iceberg mirror; SIGTERM commits and stops it."""
+    with scaling_emulator_process(warehouse, log, ("--no-iceberg", "--time-to-table", "3600")) as emu:
+        yield emu
 
 
 # -- phases -----------------------------------------------------------------------------------------
