@@ -286,13 +286,17 @@ class CoverageConfig(_Model):
         2.0,
         ge=0,
         description=(
-            "A resume that reads the table waits until what it shows is unchanged for 1.5 times the longest "
-            "gap between commits of one write (the service's commit rhythm, read from the table's log); "
-            "this long when the table shows no such rhythm."
+            "A resume that reads the table, and a run's decision about its partition's other runs on a table "
+            "written lately, wait until what it shows is unchanged for 1.5 times the longest gap between "
+            "commits of one write (the service's commit rhythm, read from the table's log); this long when "
+            "the table shows no such rhythm."
         ),
     )
     catch_up_max_s: float = Field(
-        30.0, ge=0, description="Longest a resume waits for the table to catch up with acknowledged rows."
+        30.0,
+        ge=0,
+        description="Longest a resume (or a run's decision about its partition's other runs) waits for the "
+        "table to catch up with acknowledged rows.",
     )
     emit_margin_s: float = Field(
         3_600.0,

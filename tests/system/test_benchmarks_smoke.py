@@ -373,3 +373,21 @@ def test_input_check_smoke_prints_its_json_shape() -> None:
             },
             "input_check.formats",
         )
+
+
+def test_rerun_decision_smoke_prints_its_json_shape() -> None:
+    result = run_benchmark("rerun_decision.py", "--smoke", "--json")
+    assert_shape(
+        result,
+        {
+            "commits": int,
+            "rows_per_commit": int,
+            "repetitions": int,
+            "before_ms": SPREAD,
+            "quiet_ms": SPREAD,
+            "quiet_recent_ms": SPREAD,
+            "ratio_quiet": NUMBER,
+            "ratio_quiet_recent": NUMBER,
+        },
+        "rerun_decision",
+    )

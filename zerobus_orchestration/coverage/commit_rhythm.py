@@ -76,6 +76,28 @@ def write_rhythm_s(reader: TableReader, *, commits: int) -> tuple[float, ...]:
     return tuple(reversed(gaps))
 
 
+def newest_commit(reader: TableReader) -> tuple[int, int | None]:
+    """The table's latest version and its commit's timestamp (ms since the epoch, the committer's clock;
+    None when the commit info carries none): one read of the Delta log, no data file.
+
+    How recently anyone wrote the table: rows a writer had acknowledged can still be on their way to it
+    only while its commits are recent (``runtime/settled_runs.py``).
+    """
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    try:
+        table = DeltaTable(reader.uri, storage_options=reveal(reader.storage_options) or None)
+        version = int(table.version())
+        newest = table.history(limit=1)
+    except (DeltaError, OSError) as exc:
+        raise TableTruthError(
+            f"table {reader.table}: cannot read the Delta log at {reader.uri}: {exc}"
+        ) from exc
+    stamp = newest[0].get("timestamp") if newest else None
+    return version, None if stamp is None else int(stamp)
+
+
 def _flows(adds: pa.Table, bounds: list[int], floor: int) -> dict[int, tuple[int, int]]:
     """Commit timestamp (ms) -> (earliest, latest) ``_twg_emit_ts`` (µs) of the rows it added, for the
     commits of ``bounds`` whose files (modified after ``floor``) carry the statistics. Files a later

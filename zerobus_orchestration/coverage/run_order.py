@@ -53,7 +53,8 @@ class RunHistory:
     supersede step), so a later change of the table is seen by a new one.
     """
 
-    def __init__(self, reader: TableReader, *, source: str, key: str) -> None:
+    def __init__(self, reader: TableReader, *, source: str, key: str, latest: int | None = None) -> None:
+        """``latest``: the version to take as the table's latest, when the caller has just read it."""
         self.reader = reader
         self.source = source
         self.key = key
@@ -61,7 +62,7 @@ class RunHistory:
         # another partition with the same beginning ("key0") are filtered out by parsing.
         self._prefix = source if key == "" else f"{source}[{key}"
         self._counts: dict[int, Mapping[str, int]] = {ABSENT: {}}
-        self._latest: int | None = None
+        self._latest = latest
         self._removals: tuple[int, ...] | None = None
         self._removals_from: int | None = None
 

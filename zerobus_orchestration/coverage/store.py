@@ -386,6 +386,22 @@ class CoverageStore:
         )
         return tuple(CoverageKey(sink, source, part) for sink, source, part in rows)
 
+    def recorded_since(self, since_us: int) -> tuple[CoverageKey, ...]:
+        """Keys a write recorded coverage of at or after ``since_us`` (µs since the epoch), every lane's:
+        rows this host delivered lately, which the table may not show yet (``runtime/settled_runs.py``)."""
+        every = {*self._own_recorded_since(since_us)}
+        for lane in self._lane_stores():
+            every.update(lane._own_recorded_since(since_us))
+        return tuple(sorted(every, key=lambda k: (k.sink, k.source, k.partition)))
+
+    def _own_recorded_since(self, since_us: int) -> tuple[CoverageKey, ...]:
+        rows = self._connection().execute(
+            f"SELECT sink, source, partition_key FROM coverage_keys WHERE {_TABLE_FILTER} "
+            "AND last_recorded_us >= ?",
+            (*self._table_params, since_us),
+        )
+        return tuple(CoverageKey(sink, source, part) for sink, source, part in rows)
+
     def repack(
         self, key: CoverageKey, select: Callable[[tuple[RangeDigest, ...]], Iterable[RangeDigest]]
     ) -> int:

@@ -33,6 +33,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import pyarrow.compute as pc
 
@@ -54,6 +55,8 @@ CADENCE_COMMITS = 10
 # commits what it acknowledged at each tick), and half a gap more allows for a tick a loaded service
 # runs late.
 CADENCE_FACTOR = 1.5
+
+S = TypeVar("S")
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,66 @@ def emission_bound(
     return max(bounds) - dt.timedelta(seconds=margin_s)
 
 
+@dataclass(frozen=True)
+class Settled(Generic[S]):
+    """What the table showed when ``wait_settled`` ended."""
+
+    state: S
+    settled: bool  # False: the deadline passed while the table still moved or lacked what must show
+    waited_s: float
+    settle_s: float = 0.0  # the settle period it waited for (from the commit rhythm, or the configured one)
+
+
+def wait_settled(
+    read_state: Callable[[], S],
+    read_version: Callable[[], int | None],
+    *,
+    holds: Callable[[S], bool],
+    wait: Callable[[S], bool],
+    settle_s: float,
+    max_s: float,
+    rhythm: Callable[[], Sequence[float]] = lambda: (),
+    poll_s: float = DEFAULT_POLL_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Settled[S]:
+    """Poll the table until what ``read_state`` shows ``holds`` and stays unchanged for the settle period.
+
+    The one settle wait: a resume's catch-up (``catch_up``) and a run's decision about the partition's
+    other runs (``runtime/settled_runs.py``) both wait through it. ``wait``: whether the first look needs
+    a settle period at all (False and ``holds``: the first look is returned at once, nothing waited).
+    The settle period is ``settle_period(settle_s, rhythm(), max_s)``, re-read whenever the table's
+    version moves (its rhythm shows in its newest commits). ``read_version`` is cheap (the Delta log);
+    the state is re-read only when the version moved. Bounded by ``max_s``: past it the state last seen
+    is returned with ``settled=False``.
+    """
+    started = clock()
+    version = read_version()
+    state = read_state()
+    if holds(state) and not wait(state):
+        return Settled(state, True, 0.0)
+
+    def current_settle() -> float:  # the table's history is read only when a settle period applies
+        return settle_period(settle_s, rhythm(), max_s) if settle_s > 0 else settle_s
+
+    settle = current_settle()
+    stable_since = clock()
+    while True:
+        now = clock()
+        if holds(state) and now - stable_since >= settle:
+            return Settled(state, True, now - started, settle)
+        if now - started >= max_s:
+            return Settled(state, False, now - started, settle)
+        sleep(poll_s)
+        latest = read_version()
+        if latest != version:
+            version = latest
+            settle = current_settle()
+            fresh = read_state()
+            if fresh != state:
+                state, stable_since = fresh, clock()
+
+
 def catch_up(
     read_ranges: Callable[[], tuple[OffsetRange, ...]],
     read_version: Callable[[], int | None],
@@ -109,39 +172,40 @@ def catch_up(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> CaughtUp:
-    """Poll the table until it holds ``cached`` and its ranges stay unchanged for the settle period.
+    """Poll the table until it holds ``cached`` and its ranges stay unchanged for the settle period
+    (``wait_settled``). Nothing delivered anywhere (no range cached, none in the table) is a first
+    write: nothing to wait for."""
+    caught = wait_settled(
+        read_ranges,
+        read_version,
+        holds=lambda ranges: not _subtract(cached, ranges),
+        wait=lambda ranges: bool(ranges or cached),
+        settle_s=settle_s,
+        max_s=max_s,
+        rhythm=rhythm,
+        poll_s=poll_s,
+        clock=clock,
+        sleep=sleep,
+    )
+    return CaughtUp(caught.state, caught.settled, caught.waited_s, caught.settle_s)
 
-    The settle period is ``settle_period(settle_s, rhythm(), max_s)``, re-read whenever the table's
-    version moves (its rhythm shows in its newest commits). ``read_version`` is cheap (the Delta log);
-    ranges are re-read only when the version moved. Bounded by ``max_s``: past it the ranges last seen
-    are returned with ``settled=False``.
-    """
-    started = clock()
-    version = read_version()
-    ranges = read_ranges()
-    if not ranges and not cached:
-        return CaughtUp((), True, 0.0)  # nothing delivered anywhere: a first write, nothing to wait for
 
-    def current_settle() -> float:  # the table's history is read only when a settle period applies
-        return settle_period(settle_s, rhythm(), max_s) if settle_s > 0 else settle_s
+def rhythm_of(reader: table_truth.TableReader, where: str) -> Callable[[], tuple[float, ...]]:
+    """The service's commit rhythm within a write, read from ``reader``'s log at each call; a log that
+    cannot be read shows none (the configured settle period still applies), warned of once."""
+    warned = False
 
-    settle = current_settle()
-    stable_since = clock()
-    while True:
-        now = clock()
-        holds_cache = not _subtract(cached, ranges)
-        if holds_cache and now - stable_since >= settle:
-            return CaughtUp(ranges, True, now - started, settle)
-        if now - started >= max_s:
-            return CaughtUp(ranges, False, now - started, settle)
-        sleep(poll_s)
-        latest = read_version()
-        if latest != version:
-            version = latest
-            settle = current_settle()
-            fresh = read_ranges()
-            if fresh != ranges:
-                ranges, stable_since = fresh, clock()
+    def rhythm() -> tuple[float, ...]:
+        nonlocal warned
+        try:
+            return commit_rhythm.write_rhythm_s(reader, commits=CADENCE_COMMITS)
+        except table_truth.TableTruthError as exc:
+            if not warned:  # once per wait, not at every version it sees
+                log.warning("%s: %s; waiting the configured settle period only", where, exc)
+                warned = True
+            return ()
+
+    return rhythm
 
 
 def learn_from_table(
@@ -187,18 +251,6 @@ def learn_from_table(
                 commit(table)
             return table_truth.table_version(reader)
 
-        warned = False
-
-        def rhythm() -> tuple[float, ...]:
-            nonlocal warned
-            try:
-                return commit_rhythm.write_rhythm_s(reader, commits=CADENCE_COMMITS)
-            except table_truth.TableTruthError as exc:  # the configured settle period still applies
-                if not warned:  # once per catch-up, not at every version it sees
-                    log.warning("%s: %s; waiting the configured settle period only", where, exc)
-                    warned = True
-                return ()
-
         earliest: list[dt.datetime] = []
 
         def read_ranges() -> tuple[OffsetRange, ...]:
@@ -215,7 +267,7 @@ def learn_from_table(
             cached=cached,
             settle_s=settings.catch_up_settle_s if settle else 0.0,
             max_s=settings.catch_up_max_s,
-            rhythm=rhythm,
+            rhythm=rhythm_of(reader, where),
         )
     except CatalogError as exc:  # TableTruthError included: the table's files could not be read
         # Safe to go on without it: the cache never claims a row that is not durable, so the worst case

@@ -25,7 +25,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -369,6 +369,8 @@ class ZerobusRuntime:
                 replay,
                 resume=resume,
                 offset_column=send.offset_column,
+                commit=self._commit,
+                settle=self._settle,
             )
             if decision.delivered_by is not None:
                 return self._already_delivered(name, decision, run, started)
@@ -566,12 +568,22 @@ class ZerobusRuntime:
             store=self.coverage(name),
             catalog=self.catalog,
             config=self.config,
-            commit=None if self.emulator is None else self.emulator.materialize_now,
-            # An in-process emulator is the only one serving this warehouse and commits all it
-            # acknowledged on request: nothing more can arrive, no settle period to wait out.
-            settle=not (self.emulator is not None and self.config.emulator.mode == "in_process"),
+            commit=self._commit,
+            settle=self._settle,
             not_before=not_before,
         )
+
+    @property
+    def _commit(self) -> Callable[[str], object] | None:
+        """Has the embedded emulator commit all it acknowledged, before a look at the table."""
+        return None if self.emulator is None else self.emulator.materialize_now
+
+    @property
+    def _settle(self) -> bool:
+        """Whether a look at the table waits for it to settle (``resume.truth.wait_settled``). An
+        in-process emulator is the only one serving this warehouse and commits all it acknowledged on
+        request: nothing more can arrive, no settle period to wait out."""
+        return not (self.emulator is not None and self.config.emulator.mode == "in_process")
 
     def _create_when_empty(
         self,

@@ -14,15 +14,20 @@ this module reads the table to find the partition's runs and decides (docs/adr/0
 - otherwise the run writes its rows, and a ``replace`` then supersedes the older runs.
 
 The table is the record every host shares, so the decision is the same on any host; this host's coverage
-cache adds only its own runs that are not visible yet.
+cache adds only its own runs that are not visible yet. Rows are acknowledged seconds before Zerobus commits
+them to the table, so the partition's runs are read once the table has settled: when it was written within
+the settle period of the service's commit rhythm, or this host delivered another run of the partition
+lately (``runtime/settled_runs.py``, the resume's wait); a table nobody wrote lately is read at once.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from zerobus_orchestration import intervals
 from zerobus_orchestration.catalog.base import TableCatalog
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.coverage import table_truth
@@ -31,6 +36,7 @@ from zerobus_orchestration.coverage.run_rows import RunRows
 from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.errors import RerunRefusedError, ResumeMismatchError
 from zerobus_orchestration.resume.rerun import Replay, Verdict, compare
+from zerobus_orchestration.runtime import settled_runs
 from zerobus_orchestration.write_modes import RAW_REPLACE_CHOICES, PartitionRun, Rerun
 
 log = logging.getLogger(__name__)
@@ -64,14 +70,29 @@ def decide(
     *,
     resume: bool,
     offset_column: str | None,
+    commit: Callable[[str], object] | None = None,
+    settle: bool = True,
 ) -> Decision:
-    """The write's ``Decision``; ``RerunRefusedError`` for primary raw given other content under ``auto``."""
+    """The write's ``Decision``; ``RerunRefusedError`` for primary raw given other content under ``auto``.
+
+    The partition's runs are read once rows on their way to the table have landed
+    (``runtime/settled_runs.py``). ``commit`` and ``settle`` are ``resume.truth.learn_from_table``'s: an
+    embedded emulator's commit of what it acknowledged, and False when nothing more can arrive.
+    """
     reader = table_truth.reader_for(catalog, config, table)
     if reader is None:
         return Decision(run, None, resume=resume)
     if not run.named:  # a write that names no run resumes its partition's last write, as ever
         return Decision(run, table_truth.table_version(reader), resume=resume)
-    history = RunHistory(reader, source=run.source, key=run.key)
+    history = settled_runs.settled_history(
+        reader,
+        config.coverage,
+        source=run.source,
+        key=run.key,
+        expected=_recent_runs(store, run, within_s=config.coverage.catch_up_max_s),
+        commit=commit,
+        settle=settle,
+    )
     start = history.latest()
     live = {tag: PartitionRun.of_tag(tag, run.source) for tag in history.live()}
     runs = {r for r in live.values() if r is not None}
@@ -135,6 +156,21 @@ def _cached_runs(store: CoverageStore, run: PartitionRun) -> Iterable[PartitionR
         cached = PartitionRun.of(run.source, key.partition)
         if cached.tag == key.source and run.same_run(cached):
             yield cached
+
+
+def _recent_runs(store: CoverageStore, run: PartitionRun, *, within_s: float) -> dict[str, int]:
+    """``{tag: rows}`` of this host's other runs of ``run``'s partition recorded within ``within_s``:
+    rows it delivered that the table may not show yet (``runtime/settled_runs.py``)."""
+    since_us = int((time.time() - within_s) * 1e6)
+    recent: dict[str, int] = {}
+    for key in store.recorded_since(since_us):
+        other = PartitionRun.of(run.source, key.partition)
+        if other.tag != key.source or other.key != run.key or run.same_run(other):
+            continue
+        rows = intervals.covered_count(store.covered_by_source(key.source, key.partition))
+        if rows:
+            recent[key.source] = rows
+    return recent
 
 
 def latest_runs(catalog: TableCatalog, config: ZerobusConfig, table: str, *, source: str) -> dict[str, str]:

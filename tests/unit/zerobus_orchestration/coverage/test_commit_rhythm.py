@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from zerobus_orchestration.coverage.commit_rhythm import write_rhythm_s
+from zerobus_orchestration.coverage.commit_rhythm import newest_commit, write_rhythm_s
 from zerobus_orchestration.coverage.table_truth import TableReader, TableTruthError
 from zerobus_orchestration.reserved import EMIT_TS, OFFSET, SOURCE
 
@@ -120,3 +120,13 @@ def test_files_without_stamp_statistics_show_no_rhythm(tmp_path: Path) -> None:
 def test_a_missing_table_raises(tmp_path: Path) -> None:
     with pytest.raises(TableTruthError, match="history"):
         write_rhythm_s(reader(tmp_path / "none"), commits=10)
+
+
+def test_newest_commit_is_the_latest_version_and_its_timestamp(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    DeltaTable.create(str(path), SCHEMA)
+    before_ms = time.time() * 1000
+    Run(path, "w[a]").commit()
+    version, stamp = newest_commit(reader(path))
+    assert version == 1
+    assert stamp is not None and before_ms - 1000 <= stamp <= time.time() * 1000 + 1000

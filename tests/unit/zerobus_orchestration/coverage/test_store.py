@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -253,3 +254,14 @@ def _record_from_threads_at_once(stores: list[CoverageStore]) -> list[BaseExcept
     for thread in threads:
         thread.join()
     return failures
+
+
+def test_recorded_since_names_the_keys_a_write_recorded_lately(store: CoverageStore) -> None:
+    old, new = CoverageKey("s", "events[d1@r1]", "d1@r1"), CoverageKey("s", "events[d1@r2]", "d1@r2")
+    store.record(old, OffsetRange(0, 5))
+    time.sleep(0.01)
+    since_us = int(time.time() * 1e6)
+    store.record(new, OffsetRange(0, 5))
+    assert store.recorded_since(since_us) == (new,)
+    store.record(old, OffsetRange(5, 9))  # recorded again: lately too
+    assert store.recorded_since(since_us) == (old, new)
