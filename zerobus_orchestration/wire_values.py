@@ -21,8 +21,11 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from zerobus_orchestration.decimal_digits import MAX_SCALE, int64_text
 
 _UNSCALED: Final = pa.decimal128(38, 0)
 _PLAIN_SCALE: Final = 6  # Arrow's decimal text is plain (no exponent) for every value at scales up to this
@@ -121,6 +124,22 @@ def decimal_text(values: pa.Array) -> pa.Array:
     kind = values.type
     if not pa.types.is_decimal128(kind):
         values = values.cast(pa.decimal128(kind.precision, kind.scale))
+    if kind.scale > MAX_SCALE:
+        return _arrow_text(values)
+    # Built from the unscaled integers where they fit in 64 bits (``decimal_digits``: 2-5x cheaper than
+    # Arrow's cast); the rest, if any, as before.
+    built = int64_text(values)
+    if built.fits is None:
+        return built.text
+    wide = pa.Array.from_buffers(
+        pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(~built.fits, bitorder="little"))]
+    )
+    return pc.replace_with_mask(built.text, wide, _arrow_text(values.filter(wide)))
+
+
+def _arrow_text(values: pa.Array) -> pa.Array:
+    """``decimal_text`` of a decimal128 column by Arrow's own cast, its exponents rebuilt."""
+    kind = values.type
     text = values.cast(pa.large_string())
     if kind.scale <= _PLAIN_SCALE:
         return text
