@@ -63,7 +63,9 @@ def int64_text(values: pa.Array) -> Int64Text:
     sign = low >> 63  # -1 where negative, else 0
     # The high word is the low word's sign extension; -2**63 is left out, so every |value| is an int64.
     fitting = (words[:, 1] == sign) & (low != np.iinfo(np.int64).min)
-    valid = None if not values.null_count else values.is_valid().to_numpy(zero_copy_only=False)
+    # Nulls' validity as a fresh bitmap (offset 0), and as one bool per value.
+    validity = values.is_valid().buffers()[1] if values.null_count else None
+    valid = None if validity is None else _unpacked(validity, n)
     if valid is not None:
         fitting |= ~valid  # beneath a null: anything, and nothing is written for it
     magnitude = np.where(fitting, (low ^ sign) - sign, 0)
@@ -84,12 +86,21 @@ def int64_text(values: pa.Array) -> Int64Text:
         digits = np.searchsorted(_POWERS, whole[negative], side="right") + 1
         # The sign just before the first digit shown: the trim stops there and keeps it.
         rows[np.flatnonzero(negative), layout.units - digits] = _MINUS
-    validity = None if valid is None else values.is_valid().buffers()[1]
     fixed = pa.Array.from_buffers(pa.binary(layout.width), n, [validity, pa.py_buffer(rows)])
     trimmed = pc.ascii_ltrim(fixed.cast(pa.large_binary()).view(pa.large_string()), "0")
     if below_one.any():
         trimmed = _unmarked(trimmed, below_one, layout.width - layout.units)
     return Int64Text(trimmed, None if fitting.all() else fitting)
+
+
+def _unpacked(bitmap: pa.Buffer, n: int) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """The first ``n`` bits of an Arrow bitmap as bools (not ``BooleanArray.to_numpy``: that converts
+    through pandas and imports it, which the write path never does)."""
+    packed = np.frombuffer(bitmap, dtype=np.uint8, count=(n + 7) // 8)
+    bits: np.ndarray[Any, np.dtype[np.bool_]] = np.unpackbits(packed, count=n, bitorder="little").view(
+        np.bool_
+    )
+    return bits
 
 
 @dataclass(frozen=True)
