@@ -109,6 +109,17 @@ def test_emulator_throughput_decimal_schema_smoke_lands_every_row() -> None:
     assert result["json_rows_per_s"] is None
 
 
+def test_sink_ablation_smoke_prints_every_variant() -> None:
+    out = run_benchmark("sink_ablation.py", "--smoke", "--json")
+    variants = ["bare", "sink", "no-digests", "no-coverage", "one-stream"]
+    spread = {**SPREAD, "runs": list}
+    assert_shape(
+        out, {"schema": str, "rows": int, "rounds": int, "cpu_ms_per_1m_rows": dict}, "sink_ablation"
+    )
+    assert_shape(out["cpu_ms_per_1m_rows"], dict.fromkeys(variants, spread), "cpu_ms_per_1m_rows")
+    assert all(len(f["runs"]) == out["rounds"] for f in out["cpu_ms_per_1m_rows"].values())
+
+
 def test_pipelining_smoke_prints_its_json_shape() -> None:
     result = run_benchmark("pipelining.py", "--smoke", "--json")
     assert_shape(result, {"transport": str, "results": list}, "pipelining")

@@ -86,3 +86,21 @@ def test_cli_ingest_imports_no_readback_or_server_starting_the_daemon_or_using_i
         assert not modules & set(HEAVY), sorted(modules & set(HEAVY))
         # The write went through the daemon client, so the check covers that path, not an import error.
         assert {"zerobus_orchestration.runtime.facade", "zerobus_orchestration.emulator.launcher"} <= modules
+
+
+def test_decimal_text_with_nulls_and_wide_values_imports_no_pandas() -> None:
+    """The sink's decimal text (``wire_values.decimal_text``: 64-bit values built from their integers,
+    wider ones through Arrow's cast) reads a null column's validity without ``to_numpy``, which would
+    import pandas into every writing process."""
+    loaded = _modules_after(
+        "import numpy as np, pyarrow as pa\n"
+        "from zerobus_orchestration.wire_values import decimal_text\n"
+        "words = np.array([150, 0, -225, -1, 0, 0, 5, 0, 0, 1], np.int64)  # the last is 2**64: wide\n"
+        "valid = np.packbits(np.array([1, 0, 1, 1, 1], bool), bitorder='little')\n"
+        "column = pa.Array.from_buffers(\n"
+        "    pa.decimal128(38, 2), 5, [pa.py_buffer(valid), pa.py_buffer(words)], null_count=1\n"
+        ")\n"
+        "text = decimal_text(column.slice(1)).to_pylist()\n"
+        "assert text == [None, '0.00', '0.05', '184467440737095516.16'], text"
+    )
+    assert "pandas" not in loaded
