@@ -1,6 +1,7 @@
 """The "local cloud" for many-machine tests: ``zerobus-orch serve --json`` as a subprocess, and the
 environments of the processes that use it as production would (only the ``ZEROBUS_*`` variables of the
-production path, a state folder and an empty warehouse of their own)."""
+production path, a state folder and an empty warehouse of their own); ``run_cli`` runs the installed
+``zerobus-orch`` in such an environment."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CLI = str(Path(sys.executable).with_name("zerobus-orch"))
+
+
+def run_cli(env: Mapping[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """The installed ``zerobus-orch *args`` with exactly ``env``, its output captured as text; a failing
+    exit is the caller's to assert (``check=False``), with the stderr it printed."""
+    return subprocess.run([CLI, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def clean_env(*extra_prefixes: str) -> dict[str, str]:

@@ -25,13 +25,14 @@ a type mismatch no cast can bridge (``UNRECONCILABLE``) is also counted per colu
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from zerobus_orchestration.catalog.guard_plan import Plan, cached_plan, make_plan, remember
 
 # Re-exported: the guard's refusal tells users to import ``to_json`` from here.
 from zerobus_orchestration.catalog.json_text import to_json as to_json
@@ -324,78 +325,26 @@ def _same_family(a: pa.DataType, b: pa.DataType) -> bool:
     return fa == fb or (fa in numeric and fb in numeric)
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """What the schemas alone decide for one (table, batch schema, target, trusted) combination.
-
-    ``columns``: per declared column present in the batch, its index in the batch, whether it needs
-    the full per-value decision (``_Column.decide``; the others have the declared type already and need
-    only the NOT NULL count check, O(1): Arrow keeps the null count) and its wire type when that differs
-    from the declared one (None: sent as declared). ``schema``: the output (wire) schema.
-    ``unchanged``: the output schema is the batch's own, so a batch needing no cast is returned as is.
-    """
-
-    columns: tuple[tuple[int, pa.Field, bool, pa.DataType | None], ...]
-    schema: pa.Schema
-    unchanged: bool
-
-
-_PLAN_CACHE_SIZE = 16
-_plans: list[tuple[str, pa.Schema, pa.Schema, frozenset[str], _Plan]] = []
-_plans_lock = threading.Lock()
-
-
 def _plan(
     table: str,
     incoming: pa.Schema,
     target: pa.Schema,
     trusted: frozenset[str],
     metrics: SinkMetrics | None = None,
-) -> _Plan | None:
-    """The cached plan, or None when a column is unknown or a NOT NULL column missing (the slow path
-    then builds the full refusal). Looked up by ``Schema.equals`` (cheap), not by hash (it is not)."""
-    with _plans_lock:
-        for i, (t, s, g, tr, plan) in enumerate(_plans):
-            if (
-                t == table
-                and tr == trusted
-                and s.equals(incoming, check_metadata=True)
-                and g.equals(target, check_metadata=True)
-            ):
-                if i:
-                    _plans.insert(0, _plans.pop(i))
-                return plan
+) -> Plan | None:
+    """The plan (``guard_plan.py``), cached, or None when a column is unknown or a NOT NULL column
+    missing (the slow path then builds the full refusal). Made only once the batch's shapes can be
+    sent: a shape the wire cannot carry is refused here, so no plan ever holds one."""
+    plan = cached_plan(table, incoming, target, trusted)
+    if plan is not None:
+        return plan
     if any(target.get_field_index(name) < 0 for name in incoming.names):
         return None
     # Names are ``CatalogGate.ensure``'s to check: it knows whether the table has column mapping.
     refuse_unsendable(table, incoming, column_mapping=True, metrics=metrics)
-    columns: list[tuple[int, pa.Field, bool, pa.DataType | None]] = []
-    fields: list[pa.Field] = []
-    for declared in target:
-        index = incoming.get_field_index(declared.name)
-        if index < 0:
-            if not declared.nullable:
-                return None
-            continue
-        wire = _wire_type(table, declared, metrics)
-        sent = incoming.field(index).type
-        # Already the declared type, or already its wire form (a large string for a STRING column, the
-        # engine's own ``_twg_source``): nothing to cast, and none of the per-value casts' checks apply.
-        same = sent == declared.type or _is_wire_form_of(sent, wire, declared.type)
-        # Engine-stamped columns of the declared type are right by construction (an emit time comes
-        # from a Python datetime, so it cannot leave 0001..9999): no per-value range scan for them. A
-        # caller's column holding a DATE/TIMESTAMP at any depth is scanned even when already declared.
-        full = not same or (holds_temporal(declared.type) and declared.name not in trusted)
-        converted = None if str(wire) == str(declared.type) else wire  # str: names count on the wire
-        columns.append((index, declared, full, converted))
-        fields.append(pa.field(declared.name, wire, nullable=declared.nullable))
-    schema = pa.schema(fields, metadata=incoming.metadata)
-    # Arrow's schema equality ignores list item and map field names; the wire does not.
-    unchanged = schema.equals(incoming, check_metadata=True) and str(schema) == str(incoming)
-    plan = _Plan(tuple(columns), schema, unchanged)
-    with _plans_lock:
-        _plans.insert(0, (table, incoming, target, trusted, plan))
-        del _plans[_PLAN_CACHE_SIZE:]
+    plan = make_plan(incoming, target, trusted, lambda declared: _wire_type(table, declared, metrics))
+    if plan is not None:
+        remember(table, incoming, target, trusted, plan)
     return plan
 
 
@@ -525,17 +474,6 @@ def _wire_type(table: str, declared: pa.Field, metrics: SinkMetrics | None) -> p
         # The table itself has such a column (made outside the package): no batch can fill it.
         message = f"table {table}, declared column {declared.name!r}: {exc}"
         _refuse(table, [_Problem(declared.name, UNSENDABLE_SHAPE, message)], metrics)
-
-
-def _is_wire_form_of(sent: pa.DataType, wire: pa.DataType, declared: pa.DataType) -> bool:
-    """``sent`` is ``declared``'s wire type and a lossless encoding of it (large strings for STRING), not
-    text in a DECIMAL column's wire type (text is parsed nowhere: refused as a type mismatch)."""
-    if str(sent) != str(wire):
-        return False
-    try:
-        return bool(arrow_storage_type(sent) == declared)
-    except UnsupportedType:
-        return False
 
 
 def _decided(column: _Column, problems: list[_Problem], casts: list[str]) -> pa.Array | None:

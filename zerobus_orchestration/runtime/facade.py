@@ -25,9 +25,8 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -37,28 +36,25 @@ from zerobus_orchestration.catalog.factory import catalog_from_config
 from zerobus_orchestration.catalog.plan import ReconcilePlan
 from zerobus_orchestration.catalog.preconditions import Condition, check_primary_raw
 from zerobus_orchestration.config import Role, ZerobusConfig
-from zerobus_orchestration.contracts import ContractDescriptions
-from zerobus_orchestration.coverage import compaction
 from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.errors import (
     ConfigError,
     ResumeMismatchError,
     RunSupersededError,
-    needing_operator,
-    restated,
 )
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
-from zerobus_orchestration.resume.pieces import ResumedPieces, resumed_pieces
 from zerobus_orchestration.resume.rerun import Replay
-from zerobus_orchestration.runtime import embedded, failed_write, lifecycle
+from zerobus_orchestration.runtime import embedded, lifecycle, sending
 from zerobus_orchestration.runtime.readback_service import ReadbackService
 from zerobus_orchestration.runtime.results import RuntimeHealth as RuntimeHealth
 from zerobus_orchestration.runtime.results import WriteResult as WriteResult
+from zerobus_orchestration.runtime.sending import DEFAULT_SINK_ID as DEFAULT_SINK_ID
+from zerobus_orchestration.runtime.sending import ArrowData as ArrowData
+from zerobus_orchestration.runtime.sending import Descriptions as Descriptions
+from zerobus_orchestration.runtime.sending import Send, Sent
 from zerobus_orchestration.runtime.supersede import supersede
-from zerobus_orchestration.sink import input_check
 from zerobus_orchestration.sink.confirmation import LaneKind
-from zerobus_orchestration.sink.health import PoolHealth
 from zerobus_orchestration.sink.pool import StreamPool
 from zerobus_orchestration.sink.sink import ZerobusSink, is_in_memory
 from zerobus_orchestration.storage import CredentialCache
@@ -76,50 +72,11 @@ from zerobus_orchestration.write_modes import (
 )
 
 if TYPE_CHECKING:  # read-back's Iceberg side is imported on first use (see ``ReadbackService``)
-    import pyarrow.dataset as pads
-
-    from zerobus_orchestration.files import Rereadable
     from zerobus_orchestration.readback.endpoint import IcebergEndpoint
     from zerobus_orchestration.readback.status import ReadbackOutcome
     from zerobus_orchestration.runtime.embedded import EmulatorHandle
 
 log = logging.getLogger(__name__)
-
-ArrowData: TypeAlias = (
-    "pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch] | Rereadable | pads.Dataset"
-)
-Descriptions: TypeAlias = Mapping[str, str] | ContractDescriptions | None
-
-DEFAULT_SINK_ID = "zerobus-orchestration"
-
-
-@dataclass(frozen=True)
-class _Send:
-    """How a write sends, whichever run it sends as (``write``'s arguments, resolved once)."""
-
-    role: Role | None
-    descriptions: Descriptions
-    tags: TableTags | None
-    offset_column: str | None
-    ordering_key: str | None
-    not_before: dt.datetime | None
-    whole: bool  # in-memory input: checked whole before anything is sent
-    schema: pa.Schema | None  # the input's, when known before a row is read
-
-
-@dataclass(frozen=True)
-class _Sent:
-    """What one run's send delivered, measured."""
-
-    rows: int
-    skipped: int
-    bytes: int
-    payload_bytes: int
-    span: OffsetRange
-    streams: int
-    health: PoolHealth
-    resent: int
-    resent_after_crash: int
 
 
 class ZerobusRuntime:
@@ -330,7 +287,7 @@ class ZerobusRuntime:
                 f"table {name}: a replace of partition {replace_key!r} must write under it, but this write's "
                 f"partition is {partition!r}; fix: pass partition='{replace_key}{RUN_SEPARATOR}<run id>'"
             )
-        send = _Send(
+        send = Send(
             role=role,
             descriptions=descriptions,
             tags=tags,
@@ -341,7 +298,7 @@ class ZerobusRuntime:
             schema=schema,
         )
         if policy is Rerun.KEEP:
-            return self._result(name, run, self._send(name, data, run, send, resume=resume), started)
+            return sending.result(self, name, run, self._send(name, data, run, send, resume=resume), started)
         return self._write_run(name, data, run, policy, send, resume=resume, started=started)
 
     def _write_run(
@@ -350,7 +307,7 @@ class ZerobusRuntime:
         data: ArrowData,
         run: PartitionRun,
         policy: Rerun,
-        send: _Send,
+        send: Send,
         *,
         resume: bool,
         started: float,
@@ -369,11 +326,11 @@ class ZerobusRuntime:
                 replay,
                 resume=resume,
                 offset_column=send.offset_column,
-                commit=self._commit,
-                settle=self._settle,
+                commit=sending.table_commit(self),
+                settle=sending.table_settles(self),
             )
             if decision.delivered_by is not None:
-                return self._already_delivered(name, decision, run, started)
+                return sending.already_delivered(self, name, decision, run, started)
             if not run.same_run(decision.run):  # the rest of an earlier run: its attempts began before ours
                 send = dataclasses.replace(send, not_before=None)
             try:
@@ -391,199 +348,26 @@ class ZerobusRuntime:
         finally:
             replay.close()
         if policy is not Rerun.REPLACE:
-            return self._result(name, decision.run, sent, started)
+            return sending.result(self, name, decision.run, sent, started)
         superseded, birth = self._supersede(name, decision.run, decision.start_version)
-        return self._result(name, decision.run, sent, started, superseded=superseded, birth=birth)
+        return sending.result(self, name, decision.run, sent, started, superseded=superseded, birth=birth)
 
-    def _send(self, name: str, data: ArrowData, run: PartitionRun, send: _Send, *, resume: bool) -> _Sent:
-        """Stream ``data`` as ``run``'s rows (resumed from its coverage, or sent whole), until durable."""
-        source, partition = run.source, run.partition
-        sink = self.sink(
+    def _send(self, name: str, data: ArrowData, run: PartitionRun, send: Send, *, resume: bool) -> Sent:
+        """Stream ``data`` as ``run``'s rows until durable (``sending.send``), counted for ``health()``."""
+        sent = sending.send(
+            self,
             name,
-            source=source,
-            partition=partition,
-            role=send.role,
-            descriptions=send.descriptions,
-            tags=send.tags,
-            offset_column=send.offset_column,
-            ordering_key=send.ordering_key,
+            data,
+            run,
+            send,
+            resume=resume,
+            create_when_empty=lambda schema: self._create_when_empty(
+                name, schema, send.role, send.descriptions, send.tags, run.source
+            ),
         )
-        # Checked before anything is sent or created: re-readable input whole, a stream as it is read.
-        data, declared = input_check.checked(data, input_check.for_sink(sink, self.metrics))
-        schema = send.schema if send.schema is not None else declared
-        resent_before = sink.pool.rows_possibly_resent  # the pool outlives writes: count this one's only
-        skipped = resent_after_crash = 0
-        try:
-            if resume:
-                pieces = self._resumed_pieces(
-                    name,
-                    data,
-                    source=source,
-                    partition=partition,
-                    offset_column=send.offset_column,
-                    not_before=send.not_before,
-                )
-                # In-memory input is checked whole before anything is sent, resumed or not (see ``push``).
-                sink.push_positioned(pieces, whole=is_in_memory(data))
-                skipped = pieces.rows_read - sink.finish()[0].rows
-                resent_after_crash = pieces.rows_resent
-                schema = schema if schema is not None else pieces.schema
-                _log_resumed(name, source, partition, skipped, pieces)
-            else:
-                # Sent without a look: a later resume here reads since now.
-                self.coverage(name).touch(sink.key)
-                sink.push(data)
-        except Exception as exc:  # a stream stopped part way: say what was delivered, and how to go on
-            explained = failed_write.explained(
-                _what_failed(exc),
-                sink,
-                lambda: self.covered(name, source=source, partition=partition),
-                resume=resume,
-            )
-            if explained is exc:
-                raise
-            raise explained from exc
-        try:
-            sink.flush()  # the durability barrier: every confirmation has fired once this returns
-        except Exception as exc:
-            failure = _what_failed(exc)
-            if failure is exc:
-                raise
-            raise failure from exc
-        info, span = sink.finish()
-        if info.rows == 0 and not skipped:
-            self._create_when_empty(name, schema, send.role, send.descriptions, send.tags, source)
-        health = sink.health()
-        store = self.coverage(name)
-        if sink.pool.lane_kind is LaneKind.DERIVED:
-            store = store.derived_lane()  # where this write's lane recorded
-        compaction.run_due(store, self.config.coverage)  # settled partitions packed
-        resent = sink.pool.rows_possibly_resent - resent_before
         with self._lock:
-            self._rows_resent_after_crash += resent_after_crash
-        if resent:
-            log.warning(
-                "%s: the write succeeded, but stream(s) reconnected during it (the SDK's recovery or a pool "
-                "rebuild) and re-sent up to %d row(s) that may already have been durable: they may be in the "
-                "table twice (read-back says duplicated; zerobus-orch repair --dedupe removes them)",
-                name,
-                resent,
-            )
-        return _Sent(
-            info.rows,
-            skipped,
-            info.bytes,
-            info.payload_bytes,
-            span,
-            info.streams,
-            health,
-            resent,
-            resent_after_crash,
-        )
-
-    def _result(
-        self,
-        name: str,
-        run: PartitionRun,
-        sent: _Sent,
-        started: float,
-        *,
-        superseded: tuple[str, ...] = (),
-        birth: int | None = None,
-    ) -> WriteResult:
-        health = sent.health
-        return WriteResult(
-            table=name,
-            source=run.source,
-            partition=run.partition,
-            rows_written=sent.rows,
-            rows_skipped=sent.skipped,
-            bytes_written=sent.bytes,
-            payload_bytes=sent.payload_bytes,
-            offset_start=sent.span.start,
-            offset_end=sent.span.end,
-            streams_used=sent.streams,
-            coalesce_ratio_p50=health.coalesce_ratio_p50,
-            delivery_latency_p50_s=health.delivery_latency_p50_s,
-            delivery_latency_p99_s=health.delivery_latency_p99_s,
-            delta_version=self.delta_version(name),
-            duration_s=time.monotonic() - started,
-            rows_possibly_resent=sent.resent,
-            rows_resent_after_crash=sent.resent_after_crash,
-            superseded_sources=superseded,
-            source_tag=run.tag,
-            logical_partition=run.key,
-            already_delivered=sent.rows == 0 and sent.skipped > 0,
-            delivered_by=run.tag if sent.rows or sent.skipped else None,
-            run_order_version=birth,
-        )
-
-    def _already_delivered(
-        self, name: str, decision: lifecycle.Decision, run: PartitionRun, started: float
-    ) -> WriteResult:
-        """Nothing sent: the input is what run ``decision.delivered_by`` delivered, as the table shows."""
-        holder = PartitionRun.of_tag(decision.delivered_by or "", run.source) or run
-        held = self.coverage(name).ranges(CoverageKey(DEFAULT_SINK_ID, holder.tag, holder.partition))
-        rows = decision.rows
-        log.info("%s: partition %r: already delivered by run %s; nothing sent", name, run.key, holder.tag)
-        return WriteResult(
-            table=name,
-            source=run.source,
-            partition=holder.partition,
-            rows_written=0,
-            rows_skipped=rows,
-            bytes_written=0,
-            offset_start=held[0].start if held else 0,
-            offset_end=held[-1].end if held else rows,
-            streams_used=0,
-            payload_bytes=0,
-            coalesce_ratio_p50=None,
-            delivery_latency_p50_s=None,
-            delivery_latency_p99_s=None,
-            delta_version=self.delta_version(name),
-            duration_s=time.monotonic() - started,
-            source_tag=holder.tag,
-            logical_partition=run.key,
-            already_delivered=True,
-            delivered_by=holder.tag,
-        )
-
-    def _resumed_pieces(
-        self,
-        name: str,
-        data: ArrowData,
-        *,
-        source: str,
-        partition: str,
-        offset_column: str | None,
-        not_before: dt.datetime | None,
-    ) -> ResumedPieces:
-        """The pieces of ``data`` a resumed write still sends (``resume.pieces``), this runtime's way."""
-        return resumed_pieces(
-            _batches(data),
-            CoverageKey(DEFAULT_SINK_ID, source_tag(source, partition), partition),
-            table=name,
-            source=source,
-            offset_column=offset_column,
-            store=self.coverage(name),
-            catalog=self.catalog,
-            config=self.config,
-            commit=self._commit,
-            settle=self._settle,
-            not_before=not_before,
-        )
-
-    @property
-    def _commit(self) -> Callable[[str], object] | None:
-        """Has the embedded emulator commit all it acknowledged, before a look at the table."""
-        return None if self.emulator is None else self.emulator.materialize_now
-
-    @property
-    def _settle(self) -> bool:
-        """Whether a look at the table waits for it to settle (``resume.truth.wait_settled``). An
-        in-process emulator is the only one serving this warehouse and commits all it acknowledged on
-        request: nothing more can arrive, no settle period to wait out."""
-        return not (self.emulator is not None and self.config.emulator.mode == "in_process")
+            self._rows_resent_after_crash += sent.resent_after_crash
+        return sent
 
     def _create_when_empty(
         self,
@@ -818,33 +602,3 @@ class ZerobusRuntime:
             if hasattr(self, "readbacks"):  # not yet built when the constructor failed
                 self.readbacks.emulator = None
             emulator.stop()
-
-
-def _what_failed(exc: BaseException) -> BaseException:
-    """``exc``, or the refused credentials or refused table it carries (``needing_operator``), restated:
-    what an orchestrator's retry policy branches on, whatever error of the send or the flush held it."""
-    operator = needing_operator(exc)
-    return exc if operator is None or operator is exc else restated(operator, str(operator))
-
-
-def _batches(data: input_check.Sendable) -> Iterable[pa.RecordBatch]:
-    if isinstance(data, pa.RecordBatch):
-        return (data,)
-    if isinstance(data, pa.Table):
-        batches: list[pa.RecordBatch] = data.to_batches()
-        return batches
-    return data
-
-
-def _log_resumed(name: str, source: str, partition: str, skipped: int, pieces: ResumedPieces) -> None:
-    if skipped or pieces.rows_resent:
-        log.info(
-            "%s: resumed %s %r, skipped %d delivered row(s) (%d on the table's word), re-sent %d "
-            "at positions an earlier attempt had reached",
-            name,
-            source,
-            partition,
-            skipped,
-            pieces.rows_skipped_on_table_word,
-            pieces.rows_resent,
-        )

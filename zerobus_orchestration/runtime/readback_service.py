@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
@@ -43,6 +43,7 @@ from zerobus_orchestration.catalog.base import TableCatalog
 from zerobus_orchestration.catalog.factory import catalog_from_config
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.coverage import table_truth
+from zerobus_orchestration.coverage.latest_run import CachedKeys, latest_run
 from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.errors import ConfigError, NothingToVerifyError, ReadbackTimeoutError
 from zerobus_orchestration.ranges import CoverageKey, OffsetRange
@@ -51,7 +52,7 @@ from zerobus_orchestration.readback.lost import LostCause, LostRange, MissingExp
 from zerobus_orchestration.readback.status import ReadbackOutcome, ReadbackStatus
 from zerobus_orchestration.resume.truth import emission_bound
 from zerobus_orchestration.tables import TableName
-from zerobus_orchestration.write_modes import RUN_SEPARATOR, logical_partition, partition_of_tag, source_tag
+from zerobus_orchestration.write_modes import source_tag
 
 # The Iceberg side of read-back (pyiceberg's catalog and REST client, ~1 s to import) is imported where
 # it is first used: a process that only writes builds this service too (the runtime's delta_version and
@@ -203,13 +204,15 @@ class ReadbackService:
         """What to verify: the write's record (``ranges``), else this host's cache, else the table.
 
         A ``partition`` named without its run (Dagster writes ``"<partition key>@<run id>"``, a replace
-        ``"<key>@<run>"``) stands for its latest run (``latest_run``); with no ``partition`` and nothing
-        cached for ``source``, the latest run of the source. Raises ``NothingToVerifyError`` when none
-        of them holds a delivered row.
+        ``"<key>@<run>"``) stands for its latest run (``coverage/latest_run.py``); with no ``partition``
+        and nothing cached for ``source``, the latest run of the source. Raises ``NothingToVerifyError``
+        when none of them holds a delivered row.
         """
         name = TableName.parse(table).full_name
         if ranges is None and source is not None:
-            run = self.latest_run(name, source, partition)
+            run = latest_run(
+                self.catalog, self.config, name, source, partition, cached=self._cached_keys(name, source)
+            )
             if run is not None and run != partition:
                 found = self.expected(name, source=source, partition=run)
                 return replace(found, latest_run=run)
@@ -232,59 +235,6 @@ class ReadbackService:
                 name, source, partition, "no write record and no coverage on this host; name the --source"
             )
         return self._expected_from_table(name, source, partition or "")
-
-    def latest_run(self, table: str, source: str, partition: str | None) -> str | None:
-        """The coverage partition of the latest run of ``source``'s logical ``partition`` (``None``: of
-        the source), or ``partition`` itself when it names a run, is cached here, or nothing matches.
-
-        The runs of one partition are ordered as a ``replace`` orders them (``coverage.run_order``: the
-        Delta version at which a run's rows became visible, ties to the greater tag); the runs of a whole
-        source, across its partitions, by when their first row was stamped (``_twg_emit_ts``). A partition
-        the table holds under its own name (an Airflow or CLI write) is its own run.
-        """
-        from zerobus_orchestration.coverage.run_order import ABSENT, RunHistory
-
-        name = TableName.parse(table).full_name
-        if partition is not None and RUN_SEPARATOR in partition:
-            return partition
-        if self._has_cache() and self.coverage_map(name, source=source, partition=partition):
-            return partition  # this host wrote it: what it holds is what to verify
-        reader = table_truth.reader_for(self.catalog, self.config, name)
-        if reader is None:
-            return partition
-        if partition is not None:
-            history = RunHistory(reader, source=source, key=partition)
-            runs = {
-                tag: part
-                for tag in history.live()
-                if (part := partition_of_tag(tag, source)) is not None
-                and logical_partition(part) == partition
-            }
-            if source_tag(source, partition) in runs:
-                return partition
-            if not runs:
-                # No run of it visible yet (the service commits late): the run this host delivered, if any
-                # (of several, the greatest id: a CLI run's id starts with its UTC time).
-                pending = self._cached_runs(name, source, partition)
-                return max(pending) if pending else partition
-            return runs[history.newest(runs, after=ABSENT)]
-        first: dict[str, tuple[dt.datetime, str]] = {}
-        oldest = dt.datetime.min.replace(tzinfo=dt.UTC)
-        for tag, stamp in table_truth.first_stamps(reader, prefix=source).items():
-            part = partition_of_tag(tag, source)
-            if part is not None:
-                first[part] = (stamp or oldest, part)
-        return max(first, key=first.__getitem__) if first else None
-
-    def _cached_runs(self, table: str, source: str, partition: str) -> list[str]:
-        """The coverage partitions of the runs of ``source``'s logical ``partition`` this host delivered."""
-        if not self._has_cache():
-            return []
-        return [
-            key.partition
-            for key in self.coverage_map(table, source=source)
-            if RUN_SEPARATOR in key.partition and logical_partition(key.partition) == partition
-        ]
 
     def verify_once(
         self,
@@ -509,6 +459,17 @@ class ReadbackService:
     def _has_cache(self) -> bool:
         """The owner's stores, or a coverage file this host already has (never created by a verifier)."""
         return self._shared_coverage or Path(self.config.coverage_location).is_file()
+
+    def _cached_keys(self, name: str, source: str) -> CachedKeys:
+        """The keys of ``source``'s partition (None: of all its partitions) this host's cache holds, read
+        when asked (``coverage.latest_run``): none without a cache, which a verifier never creates."""
+
+        def keys(partition: str | None) -> Collection[CoverageKey]:
+            if not self._has_cache():
+                return ()
+            return self.coverage_map(name, source=source, partition=partition)
+
+        return keys
 
     def _emitted_since(self, name: str, keys: Iterable[CoverageKey]) -> dt.datetime | None:
         """The earliest any row of ``keys`` was stamped, as this host's cache knows it (less the margin);

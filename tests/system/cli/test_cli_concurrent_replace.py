@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from tests.support.local_cloud import CLI, clean_env, production_env, serve
+from tests.support.local_cloud import CLI, clean_env, production_env, run_cli, serve
 from zerobus_orchestration.config import SHARED_EMULATOR_MODE, load_config
 from zerobus_orchestration.emulator.advert import http_json
 from zerobus_orchestration.emulator.launcher import connect_daemon
@@ -160,8 +160,9 @@ def _check_round(runs: list[Run], uri: str, before: int, prefix: str, round_name
 def _warm_up(env: dict[str, str], tmp_path: Path) -> None:
     """One write of another source: the table exists before the first round."""
     data = _input(tmp_path / "warm.parquet", range(3))
-    command = [CLI, "ingest", "--table", TABLE, "--source", "warmup", "--role", "derived", data]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
+    done = run_cli(
+        env, "ingest", "--table", TABLE, "--source", "warmup", "--role", "derived", data, timeout=240
+    )
     assert done.returncode == 0, done.stderr
 
 

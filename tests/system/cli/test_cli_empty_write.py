@@ -5,14 +5,13 @@ an empty table instead of none."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from tests.support.local_cloud import CLI, clean_env
+from tests.support.local_cloud import clean_env, run_cli
 from zerobus_orchestration.tables import table_uri
 
 TABLE = "main.derived.empty_first"
@@ -23,14 +22,7 @@ def _ingest(tmp_path: Path, *args: str) -> dict[str, object]:
         "ZEROBUS_WAREHOUSE": str(tmp_path / "wh"),
         "ZEROBUS_EMULATOR__TIME_TO_TABLE_S": "0.2",
     }
-    done = subprocess.run(
-        [CLI, "ingest", "--table", TABLE, "--source", "s", "--json", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    done = run_cli(env, "ingest", "--table", TABLE, "--source", "s", "--json", *args)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 

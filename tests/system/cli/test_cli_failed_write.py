@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable
 
 from tests.support.bad_input import BAD_ROW, ROWS, events_parquet
-from tests.support.local_cloud import CLI, clean_env
+from tests.support.local_cloud import clean_env, run_cli
 from zerobus_orchestration.tables import table_uri
 
 pytestmark = pytest.mark.integration  # the official SDK against the emulator
@@ -32,14 +32,7 @@ def _ingest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "ZEROBUS_WAREHOUSE": str(tmp_path / "wh"),
         "ZEROBUS_EMULATOR__TIME_TO_TABLE_S": "0.2",
     }
-    return subprocess.run(
-        [CLI, "ingest", "--table", TABLE, "--source", "s", "--json", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_cli(env, "ingest", "--table", TABLE, "--source", "s", "--json", *args, timeout=300)
 
 
 def _table(tmp_path: Path) -> Path:

@@ -17,17 +17,13 @@ import pytest
 from deltalake import DeltaTable
 
 from tests.support.iceberg_helpers import wait_until
-from tests.support.local_cloud import CLI, clean_env, production_env, serve
+from tests.support.local_cloud import clean_env, production_env, run_cli, serve
 from zerobus_orchestration.tables import table_uri
 
 pytestmark = pytest.mark.integration
 
 TABLE = "main.raw.clicks"
 SECRET = "repair-test-secret"
-
-
-def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CLI, *args], env=env, capture_output=True, text=True, timeout=180, check=False)
 
 
 def _json(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
@@ -79,9 +75,9 @@ def _duplicate_then_repair(env: dict[str, str], tmp_path: Path, served: str) -> 
         "--json",
         data,
     ]
-    assert _run(env, *ingest).returncode == 0
+    assert run_cli(env, *ingest).returncode == 0
     # Re-sent without resuming: positions 0..199 of web[d1] land twice (what at-least-once leaves).
-    assert _run(env, *ingest, "--no-resume").returncode == 0
+    assert run_cli(env, *ingest, "--no-resume").returncode == 0
     other = [
         "ingest",
         "--table",
@@ -91,7 +87,7 @@ def _duplicate_then_repair(env: dict[str, str], tmp_path: Path, served: str) -> 
         "--json",
         _input(tmp_path / "app.parquet", range(5)),
     ]
-    assert _run(env, *other).returncode == 0
+    assert run_cli(env, *other).returncode == 0
     # Each ingest returns once its rows are durable; the service commits them to Delta a moment later:
     # all 405 rows, web[d1]'s 200 positions twice and app's 5 once.
     wait_until(lambda: _positions(served).total() == 405, 60, "every ingested row in the table")
@@ -109,18 +105,18 @@ def _duplicate_then_repair(env: dict[str, str], tmp_path: Path, served: str) -> 
         "--wait",
         "60",
     ]
-    duplicated = _run(env, *readback)
+    duplicated = run_cli(env, *readback)
     assert duplicated.returncode == 1, duplicated.stderr
     assert _json(duplicated)["status"] == "duplicated" and _json(duplicated)["duplicate_count"] == 200
 
     version = DeltaTable(served).version()
-    dry = _run(env, "repair", "--dedupe", "--table", TABLE, "--source", "web", "--dry-run", "--json")
+    dry = run_cli(env, "repair", "--dedupe", "--table", TABLE, "--source", "web", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     assert (_json(dry)["duplicate_rows"], _json(dry)["removed_rows"]) == (200, 0)
     assert _json(dry)["ranges"] == {"web[d1]": [[0, 200]]}
     assert DeltaTable(served).version() == version  # a dry run changes nothing
 
-    done = _run(env, "repair", "--dedupe", "--table", TABLE, "--source", "web", "--partition", "d1")
+    done = run_cli(env, "repair", "--dedupe", "--table", TABLE, "--source", "web", "--partition", "d1")
     assert done.returncode == 0, done.stderr
     assert f"{TABLE}: removed 200 duplicate row(s) in 1 source tag(s)" in done.stdout
     after = DeltaTable(served)
@@ -130,10 +126,10 @@ def _duplicate_then_repair(env: dict[str, str], tmp_path: Path, served: str) -> 
     assert sorted(o for (tag, o) in positions if tag == "web[d1]") == list(range(200))
     assert sorted(o for (tag, o) in positions if tag == "app") == list(range(5))  # untouched
 
-    verified = _run(env, *readback)
+    verified = run_cli(env, *readback)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert _json(verified)["status"] == "verified"
-    again = _run(env, "repair", "--dedupe", "--table", TABLE, "--json")
+    again = run_cli(env, "repair", "--dedupe", "--table", TABLE, "--json")
     assert _json(again)["duplicate_rows"] == 0 and DeltaTable(served).version() == version + 1
 
 
@@ -149,7 +145,7 @@ def test_repair_dedupe_through_the_sql_warehouse(tmp_path: Path, local_cloud: di
 
 
 def test_repair_needs_a_named_repair_and_a_source_for_a_partition(embedded: dict[str, str]) -> None:
-    unnamed = _run(embedded, "repair", "--table", TABLE)
+    unnamed = run_cli(embedded, "repair", "--table", TABLE)
     assert unnamed.returncode == 2 and "--dedupe" in unnamed.stderr
-    orphan = _run(embedded, "repair", "--dedupe", "--table", TABLE, "--partition", "d1")
+    orphan = run_cli(embedded, "repair", "--dedupe", "--table", TABLE, "--partition", "d1")
     assert orphan.returncode == 2 and "needs --source" in orphan.stderr

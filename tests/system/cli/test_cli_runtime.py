@@ -32,35 +32,22 @@ def test_ingest_files_then_readback_verifies(env: Path, tmp_path: Path, unique_t
     pq.write_table(data.slice(0, 2_000), tmp_path / "part-0.parquet")
     pq.write_table(data.slice(2_000), tmp_path / "part-1.parquet")
     runner = CliRunner()
-    ingested = runner.invoke(
-        app,
-        [
-            "ingest",
-            "--table",
-            unique_table,
-            "--warehouse",
-            str(env),
-            "--json",
-            str(tmp_path / "part-*.parquet"),
-        ],
-    )
+    ingest = [
+        "ingest",
+        "--table",
+        unique_table,
+        "--warehouse",
+        str(env),
+        "--json",
+        str(tmp_path / "part-*.parquet"),
+    ]
+    ingested = runner.invoke(app, ingest)
     assert ingested.exit_code == 0, ingested.output
     summary = _json(ingested.stdout)
     assert summary["rows_written"] == 3_000 and len(summary["files"]) == 2
     assert summary["source"] == "part-*.parquet"
 
-    again = runner.invoke(
-        app,
-        [
-            "ingest",
-            "--table",
-            unique_table,
-            "--warehouse",
-            str(env),
-            "--json",
-            str(tmp_path / "part-*.parquet"),
-        ],
-    )
+    again = runner.invoke(app, ingest)
     repeated = _json(again.stdout)  # same command, same source: coverage holds every row already
     assert (repeated["rows_written"], repeated["rows_skipped"]) == (0, 3_000)
 

@@ -17,15 +17,11 @@ from deltalake import DeltaTable
 
 from tests.support.console_script import run_console_script
 from tests.support.iceberg_helpers import wait_until
-from tests.support.local_cloud import CLI, clean_env, production_env, serve
+from tests.support.local_cloud import clean_env, production_env, run_cli, serve
 from zerobus_orchestration.tables import table_uri
 
 TABLE = "main.derived.daily"
 SECRET = "write-modes-test-secret"
-
-
-def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CLI, *args], env=env, capture_output=True, text=True, timeout=180, check=False)
 
 
 def _input(path: Path, ids: range) -> str:
@@ -34,7 +30,7 @@ def _input(path: Path, ids: range) -> str:
 
 
 def _ingest(env: dict[str, str], data: str, *options: str) -> dict[str, object]:
-    done = _run(env, "ingest", "--table", TABLE, "--source", "daily", "--json", *options, data)
+    done = run_cli(env, "ingest", "--table", TABLE, "--source", "daily", "--json", *options, data)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
@@ -73,7 +69,7 @@ def test_a_second_run_of_a_partition_replaces_the_first_on_the_embedded_default(
     data = _input(tmp_path / "run2.parquet", range(1000, 1030))
     options = ["--mode", "replace", "--role", "derived", "--replace-key", "2024-01-01"]
     options += ["--partition", "2024-01-01@r2"]
-    done = _run(embedded, "ingest", "--table", TABLE, "--source", "daily", *options, data)
+    done = run_cli(embedded, "ingest", "--table", TABLE, "--source", "daily", *options, data)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (
         f"replaced partition '2024-01-01' (this run: '2024-01-01@r2'): deleted the rows of 1 earlier "
@@ -148,7 +144,7 @@ def test_a_rerun_from_another_host_is_compared_with_the_table_itself(
     day = _input(tmp_path / "day.parquet", range(400))
 
     def ingest(env: dict[str, str], data: str, *options: str) -> subprocess.CompletedProcess[str]:
-        return _run(
+        return run_cli(
             env, "ingest", "--table", TABLE, "--source", "daily", "--partition", "2024-01-01", *options, data
         )
 

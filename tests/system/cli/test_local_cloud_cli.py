@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from tests.support.local_cloud import CLI, Cloud, clean_env, production_env, serve
+from tests.support.local_cloud import CLI, Cloud, clean_env, production_env, run_cli, serve
 from zerobus_orchestration.catalog.unity import workspace_client
 from zerobus_orchestration.coverage.store import CoverageStore
 from zerobus_orchestration.tables import table_uri
@@ -65,10 +65,6 @@ def _host(cloud: Cloud, root: Path) -> dict[str, str]:
     return clean_env() | production_env(cloud.info, SECRET, root, cloud.store)
 
 
-def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CLI, *args], env=env, capture_output=True, text=True, timeout=180, check=False)
-
-
 def test_the_production_configuration_runs_unchanged_against_serve(
     tmp_path: Path, local_cloud: Cloud, isolated_databricks_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -76,7 +72,7 @@ def test_the_production_configuration_runs_unchanged_against_serve(
     pq.write_table(pa.table({"id": pa.array(range(ROWS), pa.int64()), "kind": ["k"] * ROWS}), data)
 
     writer = _host(local_cloud, tmp_path / "host_a")
-    wrote = _run(
+    wrote = run_cli(
         writer, "ingest", "--table", TABLE, "--source", "mh", "--partition", "p1", str(data), "--json"
     )
     assert wrote.returncode == 0, wrote.stderr
@@ -104,7 +100,7 @@ def test_the_production_configuration_runs_unchanged_against_serve(
     assert uc.tables.get(TABLE).storage_location == served
 
     reader = _host(local_cloud, tmp_path / "host_c")
-    read = _run(reader, "readback", "--table", TABLE, "--source", "mh", "--partition", "p1", "--json")
+    read = run_cli(reader, "readback", "--table", TABLE, "--source", "mh", "--partition", "p1", "--json")
     # The reader has no write record and no coverage cache of its own: it verifies from the table itself,
     # located and opened through Unity Catalog (temporary table credentials), read through Iceberg REST.
     assert read.returncode == 0, read.stderr
@@ -194,7 +190,7 @@ def test_a_writer_killed_on_one_host_resumes_on_another_and_a_third_verifies(
         writer.wait(timeout=30)
     assert writer.returncode == -signal.SIGKILL  # the fault acted: A died mid-write
 
-    resumed = _run(_host(local_cloud, tmp_path / "host_b"), *ingest)
+    resumed = run_cli(_host(local_cloud, tmp_path / "host_b"), *ingest)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     result = json.loads(resumed.stdout)
     assert result["rows_skipped"] > 0 and result["rows_written"] > 0
@@ -203,7 +199,7 @@ def test_a_writer_killed_on_one_host_resumes_on_another_and_a_third_verifies(
 
     host_c = _host(local_cloud, tmp_path / "host_c")
     readback = ["readback", "--table", CRASH_TABLE, "--source", "mh", "--partition", "p1", "--json"]
-    verified = _run(host_c, *readback)
+    verified = run_cli(host_c, *readback)
     assert verified.returncode == 0, verified.stdout[-3000:] + verified.stderr[-3000:]
     report = json.loads(verified.stdout)
     assert report["status"] == "verified" and report["missing_ranges"] == []

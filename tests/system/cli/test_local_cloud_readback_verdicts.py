@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +29,7 @@ from databricks.sdk import WorkspaceClient
 from databricks.sdk.service.sql import StatementState
 from deltalake import DeltaTable
 
-from tests.support.local_cloud import CLI, clean_env, production_env, serve
+from tests.support.local_cloud import clean_env, production_env, run_cli, serve
 from zerobus_orchestration.catalog.unity import workspace_client
 from zerobus_orchestration.emulator.advert import http_json
 from zerobus_orchestration.tables import table_uri
@@ -61,13 +60,9 @@ def _host(cloud: dict[str, object], root: Path) -> dict[str, str]:
     return clean_env() | production_env(cloud, SECRET, root) | {"ZEROBUS_READBACK__POLL_INITIAL_S": "0.1"}
 
 
-def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([CLI, *args], env=env, capture_output=True, text=True, timeout=300, check=False)
-
-
 def _ingest(env: dict[str, str], table: str, data: Path, partition: str = "p1") -> dict[str, object]:
     args = ["ingest", "--table", table, "--source", "mh", "--partition", partition, str(data), "--json"]
-    wrote = _run(env, *args)
+    wrote = run_cli(env, *args, timeout=300)
     assert wrote.returncode == 0, wrote.stderr[-3000:]
     result: dict[str, object] = json.loads(wrote.stdout)
     assert result["rows_written"] == ROWS
@@ -78,7 +73,7 @@ def _readback(
     env: dict[str, str], table: str, wait_s: float, partition: str = "p1"
 ) -> tuple[int, dict[str, object]]:
     args = ["readback", "--table", table, "--source", "mh", "--partition", partition, "--wait", str(wait_s)]
-    done = _run(env, *args, "--json")
+    done = run_cli(env, *args, "--json", timeout=300)
     return done.returncode, json.loads(done.stdout)
 
 
@@ -155,18 +150,22 @@ def test_rows_deleted_through_the_sql_warehouse_are_lost_at_once_from_any_host(
     assert truth["not_durable_ranges"] == []
 
     # The human form names the verdict and the fix too.
-    human = _run(writer, "readback", "--table", LOST_TABLE, "--source", "mh", "--partition", "p1")
+    human = run_cli(
+        writer, "readback", "--table", LOST_TABLE, "--source", "mh", "--partition", "p1", timeout=300
+    )
     assert human.returncode == 1 and "NOT verified (lost)" in human.stdout, human.stdout + human.stderr
     assert f"deleted by Delta version {deleted_at} (DELETE)" in human.stdout
 
     # The fix the message and docs/runbook.md give: deliver again with resume off, keep one copy of each.
     key = ["--table", LOST_TABLE, "--source", "mh", "--partition", "p1"]
     assert "--no-resume" in message and "repair --dedupe" in message
-    again = _run(writer, "ingest", *key, "--no-resume", str(tmp_path / "events.parquet"), "--json")
+    again = run_cli(
+        writer, "ingest", *key, "--no-resume", str(tmp_path / "events.parquet"), "--json", timeout=300
+    )
     assert again.returncode == 0 and json.loads(again.stdout)["rows_written"] == ROWS, again.stderr[-3000:]
     code, doubled = _readback(writer, LOST_TABLE, WAIT_S)
     assert code == 1 and doubled["status"] == "duplicated", doubled
-    repaired = _run(writer, "repair", "--dedupe", *key, "--json")
+    repaired = run_cli(writer, "repair", "--dedupe", *key, "--json", timeout=300)
     assert repaired.returncode == 0, repaired.stderr[-3000:]
     code, verified = _readback(writer, LOST_TABLE, WAIT_S)
     assert code == 0 and verified["status"] == "verified" and verified["rows_scanned"] == ROWS, verified

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.support.local_cloud import CLI, clean_env, production_env, serve
+from tests.support.local_cloud import clean_env, production_env, run_cli, serve
 from zerobus_orchestration.config import ZerobusConfig
 from zerobus_orchestration.runtime.facade import ZerobusRuntime
 
@@ -51,7 +50,7 @@ def test_every_state_file_of_a_production_run_is_owner_only(
             ["ingest", "--table", TABLE, "--source", "a", str(data), "--json"],
             ["readback", "--table", TABLE, "--source", "a", "--json"],
         ):
-            done = subprocess.run([CLI, *command], env=worker, capture_output=True, text=True, timeout=180)
+            done = run_cli(worker, *command)
             assert done.returncode == 0, done.stderr
             assert json.loads(done.stdout)
 
