@@ -36,10 +36,12 @@ typecheck: $(STAMP)
 
 # `make pytest` is serial unless WORKERS is given (`make pytest WORKERS=2 PYTEST_ARGS=...`): one file on a
 # shared machine should not take every core. `make test` and `make test-fast` run on TEST_WORKERS workers
-# (pytest-xdist; worksteal moves queued tests from a busy worker to an idle one, so one slow file does not
-# hold the run) and print the 25 slowest tests, so a new slow test shows in the CI log.
+# (pytest-xdist; `auto` is twice the cores, see tests/conftest.py: a third of the suite's time is tests
+# waiting). `--dist load --maxschedchunk 1` hands tests out one at a time as workers free up, in the order
+# tests/conftest.py puts them (process-starting tests first), so every worker starts on a long test and the
+# run ends on short ones. Both print the slowest tests, so a new slow test shows in the CI log.
 TEST_WORKERS ?= auto
-XDIST = $(if $(WORKERS),-n $(WORKERS) --dist worksteal)
+XDIST = $(if $(WORKERS),-n $(WORKERS) --dist load --maxschedchunk 1)
 # Test runs write bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE=1): otherwise
 # each worker's collection and each of the hundreds of interpreters the tests start (CLI commands,
 # daemons, hosts) compiles the project's modules from source again; collecting the suite took 18 CPU
@@ -54,7 +56,7 @@ test: lint typecheck pytest
 
 # The edit loop: lint, types, unit and integration tests, without the tests marked slow (tests/README.md).
 test-fast: lint typecheck
-	$(TEST_ENV) $(BIN)/pytest -n $(or $(WORKERS),$(TEST_WORKERS)) --dist worksteal -m "not slow" \
+	$(TEST_ENV) $(BIN)/pytest -n $(or $(WORKERS),$(TEST_WORKERS)) --dist load --maxschedchunk 1 -m "not slow" \
 		--durations=10 $(PYTEST_ARGS) tests/unit tests/integration
 
 # The site (mkdocs.yml) into .site/: --strict fails on a broken link or anchor, README.md included. The

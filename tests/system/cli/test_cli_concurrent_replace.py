@@ -1,6 +1,9 @@
 """Two ``zerobus-orch ingest --mode replace`` of one partition at once, 20 rounds, as separate processes:
 on the embedded default (both on the warehouse's shared emulator daemon, ``local`` catalog) and against
 ``zerobus-orch serve`` (two hosts on the production configuration; the delete runs on the SQL warehouse).
+Each setup's 20 rounds run as a few tests of consecutive rounds (``CHUNKS``), each on a warehouse (and
+``serve``) of its own, so a parallel run spreads them over its workers instead of waiting minutes for
+one test at its end.
 
 Every round must end with exactly the newer run's rows (never an empty partition), the newer run exiting
 0 having deleted the older, and the older exiting 1 naming the newer. Before the runs were ordered, each
@@ -14,7 +17,7 @@ rows were there at once, that both processes started before either finished, and
 (the first Delta version holding its rows; a tie goes to the greater tag). On a loaded machine one
 process may start so late that the other has finished before its rows exist: then both exit 0 (the
 runs were one after the other, and the later one replaced the earlier); the test accepts such a round
-only when the table's history shows it, and requires at least half the rounds to have raced.
+only when the table's history shows it, and requires at least half the rounds of each test to have raced.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ from zerobus_orchestration.emulator.launcher import connect_daemon
 from zerobus_orchestration.tables import table_uri
 
 # Each round is two processes' start-up plus the ack delay: about 7 s (embedded), 12 s (serve), 2 cores.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 TABLE = "main.derived.daily"
-ROUNDS = 20
+ROUNDS = 20  # per setup, in CHUNKS tests of ROUNDS // CHUNKS consecutive rounds
+CHUNKS = {"embedded": 2, "serve": 4}
 ROWS = 2_000
 ACK_DELAY_S = 1.5
 SECRET = "concurrent-replace-test-secret"
@@ -111,9 +115,20 @@ def _rows(uri: str, prefix: str) -> dict[str, list[int]]:
     return {tag: sorted(ids) for tag, ids in out.items()}
 
 
-def _rounds(envs: tuple[dict[str, str], dict[str, str]], tmp_path: Path, uri: str) -> None:
+def _chunk(setup: str, chunk: int) -> range:
+    """The rounds test ``chunk`` of ``setup`` runs; the chunks together are rounds 0 to ROUNDS - 1."""
+    size = ROUNDS // CHUNKS[setup]
+    return range(chunk * size, (chunk + 1) * size)
+
+
+def test_the_chunks_run_every_round_once() -> None:
+    for setup, chunks in CHUNKS.items():
+        assert sorted(n for c in range(chunks) for n in _chunk(setup, c)) == list(range(ROUNDS)), setup
+
+
+def _rounds(envs: tuple[dict[str, str], dict[str, str]], tmp_path: Path, uri: str, rounds: range) -> None:
     raced = 0
-    for n in range(ROUNDS):
+    for n in rounds:
         key = f"2026-01-{n + 1:02d}"
         prefix = f"daily[{key}@"
         before = DeltaTable(uri).version()
@@ -123,7 +138,7 @@ def _rounds(envs: tuple[dict[str, str], dict[str, str]], tmp_path: Path, uri: st
         raced += _check_round(runs, uri, before, prefix, f"round {n + 1}")
     # The ack delay makes nearly every round a race; a round can run one after the other only when one
     # process starts late on a loaded machine. At least half must have raced, or the test proved little.
-    assert raced >= ROUNDS // 2, f"only {raced} of {ROUNDS} rounds raced"
+    assert raced >= len(rounds) // 2, f"only {raced} of {len(rounds)} rounds raced"
 
 
 def _check_round(runs: list[Run], uri: str, before: int, prefix: str, round_name: str) -> int:
@@ -179,7 +194,10 @@ def _arm_daemon_fault(env: dict[str, str]) -> None:
     assert status == 200, body
 
 
-def test_twenty_concurrent_replaces_on_the_embedded_default_keep_the_newer_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunk", range(CHUNKS["embedded"]))
+def test_concurrent_replace_rounds_on_the_embedded_default_keep_the_newer_run(
+    tmp_path: Path, chunk: int
+) -> None:
     env = clean_env() | {
         "ZEROBUS_WAREHOUSE": str(tmp_path / "wh"),
         "ZEROBUS_EMULATOR__TIME_TO_TABLE_S": "0.1",
@@ -189,7 +207,7 @@ def test_twenty_concurrent_replaces_on_the_embedded_default_keep_the_newer_run(t
     }
     _warm_up(env, tmp_path)  # starts the warehouse's daemon; then the delay is armed on it
     _arm_daemon_fault(env)
-    _rounds((env, env), tmp_path, table_uri(str(tmp_path / "wh"), TABLE))
+    _rounds((env, env), tmp_path, table_uri(str(tmp_path / "wh"), TABLE), _chunk("embedded", chunk))
 
 
 @pytest.fixture
@@ -204,8 +222,9 @@ def local_cloud(tmp_path: Path) -> Iterator[dict[str, object]]:
         yield info
 
 
-def test_twenty_concurrent_replaces_from_two_hosts_against_serve_keep_the_newer_run(
-    tmp_path: Path, local_cloud: dict[str, object]
+@pytest.mark.parametrize("chunk", range(CHUNKS["serve"]))
+def test_concurrent_replace_rounds_from_two_hosts_against_serve_keep_the_newer_run(
+    tmp_path: Path, local_cloud: dict[str, object], chunk: int
 ) -> None:
     hosts = tuple(
         clean_env()
@@ -214,4 +233,5 @@ def test_twenty_concurrent_replaces_from_two_hosts_against_serve_keep_the_newer_
         for name in ("host_a", "host_b")
     )
     _warm_up(hosts[0], tmp_path)
-    _rounds((hosts[0], hosts[1]), tmp_path, table_uri(str(local_cloud["warehouse"]), TABLE))
+    uri = table_uri(str(local_cloud["warehouse"]), TABLE)
+    _rounds((hosts[0], hosts[1]), tmp_path, uri, _chunk("serve", chunk))
