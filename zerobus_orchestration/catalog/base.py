@@ -391,6 +391,12 @@ class TableCatalog(Protocol):
         """The plan ``reconcile`` would execute now (with the backend's role properties); nothing runs."""
         ...
 
+    def plan_against(self, live: TableState | None, desired: DesiredTable) -> ReconcilePlan:
+        """``plan`` against ``live``, a ``describe`` the caller already holds (``None``: no table), so
+        a caller that also checks the live table reads the catalog once (on Unity each read is a REST
+        call and two SQL statements)."""
+        ...
+
     def reconcile(self, table: str, desired: DesiredTable) -> ReconcileOutcome:
         """Plan (``plan.plan``), raise ``PlanRefusedError`` on any ``Refuse`` step, else execute.
 

@@ -220,7 +220,7 @@ class CatalogGate:
         live = self.catalog.describe(table)
         if self.rechecks and live is not None and live.registered:
             self._require(table, live)
-        the_plan = self.catalog.plan(table, desired)
+        the_plan = self.catalog.plan_against(live, desired)  # the state just checked, not a second read
         self._refuse_unsendable(table, schema, live, desired, the_plan)
         the_plan.raise_if_refused()
         return projected(live, the_plan)

@@ -243,7 +243,7 @@ class LocalCatalog:
 
     def plan(self, table: str, desired: DesiredTable) -> ReconcilePlan:
         """The plan ``reconcile`` would execute now, without executing it."""
-        return self._plan_against(self.describe(table), desired)
+        return self.plan_against(self.describe(table), desired)
 
     def known_catalogs(self) -> frozenset[str]:
         """``catalogs`` plus every catalog already holding a registered table (it was created then)."""
@@ -251,7 +251,9 @@ class LocalCatalog:
             rows = db.execute("SELECT full_name FROM tables").fetchall()
         return self.catalogs | {str(r[0]).split(".", 1)[0] for r in rows}
 
-    def _plan_against(self, live: TableState | None, desired: DesiredTable) -> ReconcilePlan:
+    def plan_against(self, live: TableState | None, desired: DesiredTable) -> ReconcilePlan:
+        """The plan ``reconcile`` would execute against ``live`` (a ``describe`` of the table), without
+        reading the catalog again."""
         if live is None:
             missing = self._missing_catalog(desired.name)
             if missing is not None:
@@ -308,7 +310,7 @@ class LocalCatalog:
                 # A commit of ours can still have been made on a snapshot another process changed
                 # (a metadata action carries the whole schema): the outcome is what the table now
                 # is, so it is checked against the desired table, not assumed.
-                if self._plan_against(outcome.state, desired).empty:
+                if self.plan_against(outcome.state, desired).empty:
                     return outcome
             raise CatalogError(
                 f"table {full_name}: {_RECONCILE_ATTEMPTS} reconciles in a row were undone by concurrent "
@@ -317,7 +319,7 @@ class LocalCatalog:
 
     def _reconcile_once(self, table: str, full_name: str, desired: DesiredTable) -> ReconcileOutcome:
         live = self.describe(table)
-        the_plan = self._plan_against(live, desired)
+        the_plan = self.plan_against(live, desired)
         the_plan.raise_if_refused()
         version_before = live.version if live else None
         if not the_plan.empty:

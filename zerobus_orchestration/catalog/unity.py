@@ -276,7 +276,7 @@ class UnityCatalog:
             # writers adding one column: ours fails FIELDS_ALREADY_EXISTS). Re-plan against what is
             # there now, once; a second failure is real and propagates.
             return self._reconcile_once(table, desired)
-        if outcome.plan.creates and not self._plan_against(outcome.state, desired).empty:
+        if outcome.plan.creates and not self.plan_against(outcome.state, desired).empty:
             # CREATE TABLE IF NOT EXISTS is a silent no-op when another producer created the table
             # first, perhaps with fewer columns: converge on the table that is really there.
             return self._reconcile_once(table, desired)
@@ -321,9 +321,11 @@ class UnityCatalog:
         if TableName.parse(desired.name) != name:
             raise CatalogError(f"reconcile of {name}: the desired table is {desired.name}")
         live = self.describe(table)
-        return live, self._plan_against(live, desired)
+        return live, self.plan_against(live, desired)
 
-    def _plan_against(self, live: TableState | None, desired: DesiredTable) -> ReconcilePlan:
+    def plan_against(self, live: TableState | None, desired: DesiredTable) -> ReconcilePlan:
+        """The plan ``reconcile`` would execute against ``live`` (a ``describe`` of the table), without
+        reading the catalog again."""
         if desired.role is Role.PRIMARY_RAW:
             # At CREATE (or on an explicit repair) only: a drifted live value is refused by the
             # preconditions, never set back behind the user's back.

@@ -138,13 +138,15 @@ class ReadbackService:
         the version read from the catalog is a lower bound.
         """
         name = TableName.parse(table).full_name
-        if self.catalog.describe(name) is None:
+        state = self.catalog.describe(name)
+        if state is None:
             return None
         emulator = self._emulator()
-        if emulator is not None:
-            version = emulator.materialize_now(name)
-            if version is not None:
-                return int(version)
+        if emulator is None:
+            return state.version  # nothing commits on request: the version just read is the live one
+        version = emulator.materialize_now(name)
+        if version is not None:
+            return int(version)
         # Nothing was left to commit: the emulator's own materialiser got there first. Read the
         # version after that, not before, or a concurrent commit would be missed.
         state = self.catalog.describe(name)

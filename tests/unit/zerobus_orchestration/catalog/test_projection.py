@@ -92,3 +92,17 @@ def test_a_second_schema_the_first_ones_table_refuses_is_refused_by_the_projecti
     with pytest.raises(PlanRefusedError, match="widening"):
         gate.projected(TABLE, second, after=state)
     assert backend.catalog.describe(TABLE) is None
+
+
+def test_a_projection_reads_the_live_table_once(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate checks the live table and plans against that same read: on Unity each read of the table
+    is a REST call and two SQL statements on the warehouse, paid before a write sends its first row."""
+    gate = _gate(backend)
+    gate.ensure(TABLE, SENDABLE.remove(SENDABLE.get_field_index("point")))
+    reads: list[str] = []
+    describe = backend.catalog.describe
+    monkeypatch.setattr(backend.catalog, "describe", lambda table: reads.append(table) or describe(table))
+    target = gate.projected(TABLE, SENDABLE).arrow_schema()  # an added column: a plan with a step
+    assert reads == [TABLE]
+    monkeypatch.undo()
+    assert target == gate.ensure(TABLE, SENDABLE)
