@@ -26,9 +26,10 @@ pytest_plugins = [
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one and a half workers a core (at least one more than the cores). A third of the
     suite's wall time is tests waiting (on a service's commit, an acknowledgement delay, a timeout they
-    prove), not computing; one worker a core left a core idle through those waits, and two a core spent
-    a quarter more CPU on contention. On 2 cores, with the order below: 11m44s on 4 workers (19.5
-    CPU-minutes reaped), 10m35s on 3 (15.6); 14m27s on 2 in the old order (2,255-2,263 tests)."""
+    prove), not computing; one worker a core left a core idle through those waits. On 2 cores, in the
+    order below: 4 workers took 11m44s and 11m41s, 3 took 10m35s and 12m10s (the same within the noise),
+    and 4 spent a quarter more CPU (19.5 reaped CPU-minutes against 15.6), which timing-bound tests feel;
+    2 workers in the old order took 14m27s (2,255-2,263 tests)."""
     cores = os.cpu_count() or 1
     return cores + max(1, cores // 2)
 
