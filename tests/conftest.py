@@ -36,12 +36,13 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that start processes run first, the ``slow`` ones before the rest, each group in collection
-    order: a parallel run (``--dist load`` hands the first tests out round-robin) then starts its longest
-    tests on every worker at once, and ends on many short ones instead of one long one."""
+    order: a parallel run (``--dist load --maxschedchunk 1`` hands tests out one at a time as workers free
+    up) then starts its longest tests on every worker at once, and ends on many short ones instead of one
+    long one."""
     items.sort(key=_start_rank)
 
 
 def _start_rank(item: pytest.Item) -> int:
     if item.get_closest_marker("slow") is not None:
         return 0
-    return 1 if "/tests/system/" in item.path.as_posix() else 2
+    return 1 if item.nodeid.startswith("tests/system/") else 2
