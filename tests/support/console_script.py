@@ -1,5 +1,6 @@
-"""``zerobus-orch`` run in the test process the way its console script runs it: ``cli.main.main`` (the app
-inside ``cli.errors.run``, which puts usage errors on one line too), the exit status from ``SystemExit``.
+"""``zerobus-orch`` run in the test process the way its console script runs it: the app inside
+``cli.errors.run``, which puts usage errors on one line too, the exit status from ``SystemExit``. Only the
+last step of ``cli.main.main`` is left out: ``cli/process_exit.leave``, which would end this process.
 
 For the argument and exit-status cases of the CLI tests: the same code as the installed script without
 an interpreter start (about a second of CPU each). Each command keeps one subprocess test of the
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 
 from typer.testing import CliRunner
 
-from zerobus_orchestration.cli.main import main
+from zerobus_orchestration.cli.errors import run
+from zerobus_orchestration.cli.main import app
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ def run_console_script(*args: str, env: Mapping[str, str | None] | None = None) 
     with CliRunner().isolation(env=env) as (stdout, stderr, _):
         sys.argv = ["zerobus-orch", *args]
         try:
-            main()
+            run(app)
             code: object = 0
         except SystemExit as exc:
             code = exc.code

@@ -532,7 +532,14 @@ def emulator_quarantine_command(
 
 
 def main() -> None:
-    run(app)
+    """The installed script: the app, then an exit that skips interpreter finalization (``process_exit``:
+    Arrow threads still freeing a table read's buffers would otherwise abort a finished command)."""
+    from zerobus_orchestration.cli.process_exit import leave
+
+    try:
+        run(app)
+    except SystemExit as done:
+        leave(done.code)
 
 
 if __name__ == "__main__":
