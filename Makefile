@@ -36,8 +36,8 @@ typecheck: $(STAMP)
 
 # `make pytest` is serial unless WORKERS is given (`make pytest WORKERS=2 PYTEST_ARGS=...`): one file on a
 # shared machine should not take every core. `make test` and `make test-fast` run on TEST_WORKERS workers
-# (pytest-xdist; `auto` is 1.5 workers a core, see tests/conftest.py: a third of the suite's time is
-# tests waiting). `--dist load --maxschedchunk 1` hands tests out one at a time as workers free up, in
+# (pytest-xdist; `auto` is 2 workers a core, see tests/conftest.py: much of the suite's time is tests
+# waiting). `--dist load --maxschedchunk 1` hands tests out one at a time as workers free up, in
 # the order tests/conftest.py puts them (process-starting tests first), so every worker starts on a long
 # test and the run ends on short ones. Both print the slowest tests, so a new slow test shows in the CI log.
 TEST_WORKERS ?= auto

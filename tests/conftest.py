@@ -24,14 +24,14 @@ pytest_plugins = [
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: one and a half workers a core (at least one more than the cores). A third of the
-    suite's wall time is tests waiting (on a service's commit, an acknowledgement delay, a timeout they
-    prove), not computing; one worker a core left a core idle through those waits. On 2 cores, in the
-    order below: 4 workers took 11m44s and 11m41s, 3 took 10m35s and 12m10s (the same within the noise),
-    and 4 spent a quarter more CPU (19.5 reaped CPU-minutes against 15.6), which timing-bound tests feel;
-    2 workers in the old order took 14m27s (2,255-2,263 tests)."""
+    """``-n auto``: two workers a core. Much of the suite's wall time is tests waiting (on a service's
+    commit, an acknowledgement delay, a timeout they prove), not computing; with fewer workers a core sat
+    idle through those waits. Measured on 2 cores, one machine, one afternoon (2,268 tests each,
+    ``make pytest WORKERS=N``): 3 workers 8m56s, 4 workers 7m48s, 5 workers 7m58s. At 5 every worker
+    finished within 2 s of the others: the cores were busy to the end, so a fifth worker only adds
+    contention (10.0 / 10.4 / 11.7 user CPU-minutes for 3 / 4 / 5)."""
     cores = os.cpu_count() or 1
-    return cores + max(1, cores // 2)
+    return 2 * cores
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

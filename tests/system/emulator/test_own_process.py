@@ -65,8 +65,11 @@ def test_a_sweep_lowers_the_delta_threads_only_and_once() -> None:
     threads = report["threads"].values()
     delta = [nice for name, nice in threads if name.startswith("tokio-")]
     others = [nice for name, nice in threads if not name.startswith("tokio-")]
-    assert delta and report["first"] == len(delta)  # the library's threads existed and were lowered
-    assert report["second"] == 0  # already lowered: nothing to do
+    # The library's threads existed and the first sweep lowered them. It may start one more meanwhile,
+    # which inherits its creator's nice (lowered already, so no sweep counts it) or is lowered by the
+    # second sweep: an exact count would race the library (seen once with 4 test workers: 10 of 11).
+    assert delta and 1 <= report["first"] <= len(delta)
+    assert report["first"] + report["second"] <= len(delta)  # none lowered twice: already lowered is left
     assert set(delta) == {expected_nice()}
     assert set(others) == {os.getpriority(os.PRIO_PROCESS, 0)}  # the interpreter's own threads keep theirs
 
