@@ -53,9 +53,12 @@ def test_an_idle_table_is_not_read_until_a_record_arrives(
     state = TableState.open(TABLE, table_uri(str(warehouse), TABLE), wal_dir(warehouse), None)
     loads: list[str] = []
     real_load = materializer.load_table
-    monkeypatch.setattr(
-        materializer, "load_table", lambda uri, options: loads.append(uri) or real_load(uri, options)
-    )
+
+    def counted_load(uri: str, options: dict[str, str] | None) -> DeltaTable:
+        loads.append(uri)
+        return real_load(uri, options)
+
+    monkeypatch.setattr(materializer, "load_table", counted_load)
     assert [state.materialize() for _ in range(5)] == [None] * 5
     assert loads == []  # nothing durable: the table was never opened
     state.wal.append_durable(batch_to_ipc(rows([1, 2])))
