@@ -6,9 +6,9 @@ Python filesystem, so those buffers are Python objects, and freeing them takes t
 asks for the GIL after the interpreter began finalizing, CPython ends the thread with ``pthread_exit``,
 whose unwinding through Arrow's C++ destructors calls ``std::terminate``: the process dies with SIGABRT
 ("terminate called without an active exception") after the command printed its result and succeeded,
-and a scheduler records a failed task. apache/arrow#34314 (open); apache/arrow#49942 guards the
-destructor but cannot close the window between its check and the GIL. Measured here before this module:
-19 aborts in 750 runs of ``repair --dedupe --dry-run`` with three running at once.
+and a scheduler records a failed task (apache/arrow#34314, open). Seen with pyarrow 26.0.1: the aborting
+thread's stack runs ``arrow::py::PyBuffer::~PyBuffer`` -> ``PyGILState_Ensure`` -> ``PyThread_exit_thread``.
+Measured here before this module: 19 aborts in 750 runs of ``repair --dedupe --dry-run``, three at once.
 
 What ``leave`` does is what ``Py_FinalizeEx`` does first, in its order, then ends the process: join the
 non-daemon threads (``threading._shutdown``, which also runs threading's early exit hooks: the runtime

@@ -166,9 +166,9 @@ class TableState:
         version: int | None = None
         while True:
             if self.wal.durable_seq <= self.committed:
-                # Nothing durable past the watermark, so nothing to commit: leave the Delta log unread. An
-                # idle emulator read it every period (5 times a second per table at time_to_table_s 0.2,
-                # about 4% of a core for one idle table); only this emulator advances the watermark.
+                # Nothing durable past the watermark, so nothing to commit: leave the Delta log unread.
+                # Reading it every period (5 times a second at time_to_table_s 0.2) kept an idle daemon
+                # with one table at 4% of a core; 1% without. The watermark never moves back (max below).
                 return version
             dt = load_table(self.uri, self.storage_options)
             self.committed = max(self.committed, committed_position(dt))
