@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from zerobus_orchestration.cli.errors import run
 from zerobus_orchestration.cli.main import app
+from zerobus_orchestration.cli.process_exit import status_of
 
 
 @dataclass(frozen=True)
@@ -35,13 +36,12 @@ def run_console_script(*args: str, env: Mapping[str, str | None] | None = None) 
         sys.argv = ["zerobus-orch", *args]
         try:
             run(app)
-            code: object = 0
+            status = 0
         except SystemExit as exc:
-            code = exc.code
+            status = status_of(exc.code)  # the installed script's own reading of the exit code
         finally:
             sys.argv = argv
             sys.stdout.flush()  # the script's streams are flushed at exit; these are buffered too
             sys.stderr.flush()
         out, err = stdout.getvalue().decode(), stderr.getvalue().decode()
-    status = code if isinstance(code, int) else (0 if code is None else 1)
     return Finished(status, out, err)
