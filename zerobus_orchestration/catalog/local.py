@@ -34,9 +34,10 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pydantic import SecretStr
@@ -53,6 +54,7 @@ from zerobus_orchestration.catalog.base import (
     ProtocolInfo,
     ReconcileOutcome,
     RowsOfSources,
+    TableLocation,
     TableState,
     VendedCredentials,
     primary_raw_properties,
@@ -91,6 +93,9 @@ from zerobus_orchestration.locations import is_local
 from zerobus_orchestration.owner_only import private_file
 from zerobus_orchestration.reserved import SOURCE
 from zerobus_orchestration.tables import TableName, check_embedded_storage, table_uri, zerobus_dir
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 REGISTRY_FILE = "catalog.sqlite"
 DEFAULT_CATALOGS = ("main",)
@@ -199,18 +204,9 @@ class LocalCatalog:
         return table_uri(self.warehouse, name)
 
     def describe(self, table: str) -> TableState | None:
-        from deltalake import DeltaTable
-
         full_name = TableName.parse(table).full_name
         location = self.location(table)
-        options = self._storage_options or None
-        # A kept handle brought up to date (delta_handles): re-opening replays the log on every write.
-        with delta_handles.latest(
-            location,
-            lambda: DeltaTable(location, storage_options=options),
-            lambda: DeltaTable.is_deltatable(location, storage_options=options),
-            cacheable=options is None,
-        ) as dt:
+        with self._latest(location) as dt:
             if dt is None:
                 return None
             schema = json.loads(dt.schema().to_json())
@@ -239,6 +235,33 @@ class LocalCatalog:
             role=Role(row[2]) if row and row[2] else None,
             emulated=frozenset(row[3]) if row else frozenset(),
             sinks=sinks,
+        )
+
+    def locate(self, table: str) -> TableLocation | None:
+        from deltalake import DeltaTable
+
+        full_name = TableName.parse(table).full_name
+        location = self.location(table)
+        if not DeltaTable.is_deltatable(location, storage_options=self._storage_options or None):
+            return None
+        row, _ = self._registration(full_name)
+        return TableLocation(full_name, location, registered=row is not None)
+
+    def latest_version(self, table: str) -> int | None:
+        with self._latest(self.location(table)) as dt:
+            return None if dt is None else int(dt.version())
+
+    def _latest(self, location: str) -> AbstractContextManager[DeltaTable | None]:
+        """The table at ``location`` at its latest version, or None: a kept handle brought up to date
+        (``delta_handles``), since re-opening replays the log and the write path reads it every write."""
+        from deltalake import DeltaTable
+
+        options = self._storage_options or None
+        return delta_handles.latest(
+            location,
+            lambda: DeltaTable(location, storage_options=options),
+            lambda: DeltaTable.is_deltatable(location, storage_options=options),
+            cacheable=options is None,
         )
 
     def plan(self, table: str, desired: DesiredTable) -> ReconcilePlan:

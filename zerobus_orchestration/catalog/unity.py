@@ -51,6 +51,7 @@ from zerobus_orchestration.catalog.base import (
     PositionsHeldTwice,
     ReconcileOutcome,
     RowsOfSources,
+    TableLocation,
     TableState,
     VendedCredentials,
     primary_raw_properties,
@@ -216,6 +217,18 @@ class UnityCatalog:
             role=Role(role_value) if role_value in {r.value for r in Role} else None,
             sinks=tuple(sorted(k[len(SINK_PREFIX) :] for k in properties if k.startswith(SINK_PREFIX))),
         )
+
+    def locate(self, table: str) -> TableLocation | None:
+        name = TableName.parse(table)
+        raw = self._raw_table(name)
+        if raw is None:
+            return None
+        return TableLocation(name.full_name, TableInfo.from_dict(raw).storage_location, registered=True)
+
+    def latest_version(self, table: str) -> int | None:
+        name = TableName.parse(table)
+        # The REST call says whether the table exists: the history statement fails on a missing one.
+        return None if self._raw_table(name) is None else self._version(name)
 
     def uniform_status(self, table: str) -> UniformStatus | None:
         """``converted_delta_version`` and friends, or ``None`` when UniForm has produced nothing yet."""

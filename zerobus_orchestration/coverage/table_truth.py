@@ -70,7 +70,7 @@ class TableReader:
 def reader_for(catalog: TableCatalog, config: ZerobusConfig, table: str) -> TableReader | None:
     """A reader of ``table`` as the catalog describes it now; ``None`` when the table does not exist."""
     name = TableName.parse(table).full_name
-    state = catalog.describe(name)
+    state = catalog.locate(name)
     if state is None:
         return None
     if not state.location:

@@ -379,7 +379,7 @@ class ZerobusRuntime:
         source: str,
     ) -> None:
         """An empty write still creates its missing table, as its first batch would have (same gate)."""
-        if schema is None or self.catalog.describe(name) is not None:
+        if schema is None or self.catalog.locate(name) is not None:
             return
         untyped = [f.name for f in schema if pa.types.is_null(f.type)]
         if untyped:  # an empty input's columns with no type (e.g. from empty lists): nothing to create from

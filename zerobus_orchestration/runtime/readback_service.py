@@ -138,19 +138,18 @@ class ReadbackService:
         the version read from the catalog is a lower bound.
         """
         name = TableName.parse(table).full_name
-        state = self.catalog.describe(name)
-        if state is None:
-            return None
+        live = self.catalog.latest_version(name)
+        if live is None:
+            return None  # no table, or a log that gives no version yet: nothing to commit into
         emulator = self._emulator()
         if emulator is None:
-            return state.version  # nothing commits on request: the version just read is the live one
+            return live  # nothing commits on request: the version just read is the live one
         version = emulator.materialize_now(name)
         if version is not None:
             return int(version)
         # Nothing was left to commit: the emulator's own materialiser got there first. Read the
         # version after that, not before, or a concurrent commit would be missed.
-        state = self.catalog.describe(name)
-        return None if state is None else state.version
+        return self.catalog.latest_version(name)
 
     def coverage_map(
         self, table: str, *, source: str | None = None, partition: str | None = None

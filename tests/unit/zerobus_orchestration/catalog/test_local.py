@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, Field
 from hypothesis import HealthCheck, assume, given, settings
 
 from tests.support.catalog_strategies import SCHEMAS, SENDABLE_SCHEMAS
@@ -229,6 +229,22 @@ def test_table_created_outside_the_catalog_is_unregistered_until_reconciled(cata
     assert state is not None and not state.registered and state.table_id == DeltaTable(uri).metadata().id
     out = catalog.reconcile(T, build(pa.schema([pa.field("id", pa.int64())]), role=Role.DERIVED))
     assert out.state.registered
+
+
+def test_locate_and_latest_version_agree_with_describe_as_the_table_changes(catalog: LocalCatalog) -> None:
+    assert catalog.locate(T) is None and catalog.latest_version(T) is None
+    uri = table_uri(catalog.warehouse, T)
+    DeltaTable.create(uri, pa.schema([pa.field("id", pa.int64())]))  # made outside the catalog
+    outside = catalog.locate(T)
+    assert outside is not None and (outside.name, outside.location, outside.registered) == (T, uri, False)
+    assert catalog.latest_version(T) == 0
+    catalog.reconcile(T, build(pa.schema([pa.field("id", pa.int64())]), role=Role.DERIVED))
+    DeltaTable(uri).alter.add_columns([Field("note", "string")])  # another process's commit
+    state = catalog.describe(T)
+    located = catalog.locate(T)
+    assert state is not None and located is not None and located.registered
+    assert (located.name, located.location) == (state.name, state.location)
+    assert catalog.latest_version(T) == state.version == DeltaTable(uri).version()
 
 
 def test_vend_credentials_on_a_local_warehouse_is_a_dummy_that_expires(catalog: LocalCatalog) -> None:

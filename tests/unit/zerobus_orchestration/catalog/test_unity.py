@@ -51,6 +51,25 @@ def test_describe_absent_table_is_none(unity: UnityCatalog) -> None:
     assert unity.describe(TABLE) is None
 
 
+def test_locate_and_latest_version_read_less_than_describe_and_agree_with_it(
+    unity: UnityCatalog, fake_uc: FakeUnityCatalog
+) -> None:
+    before = submitted(fake_uc)
+    assert unity.locate(TABLE) is None and unity.latest_version(TABLE) is None
+    assert submitted(fake_uc) == before  # a missing table is answered by the REST call alone
+    unity.reconcile(TABLE, desired())
+    unity.reconcile(TABLE, desired(pa.field("extra", pa.int32())))  # a second version
+    state = unity.describe(TABLE)
+    assert state is not None and state.version == 1
+    before = submitted(fake_uc)
+    located = unity.locate(TABLE)
+    assert submitted(fake_uc) == before  # no SQL statement: describe runs two
+    assert located is not None and located.registered
+    assert (located.name, located.location) == (state.name, state.location)
+    assert unity.latest_version(TABLE) == state.version
+    assert submitted(fake_uc) == before + 1
+
+
 def test_primary_raw_reconcile_creates_a_real_uniform_table(unity: UnityCatalog) -> None:
     outcome = unity.reconcile(TABLE, desired(descriptions={"id": "Event id, it's 'unique'"}))
     assert outcome.applied and outcome.plan.creates and outcome.version_before is None
