@@ -42,7 +42,7 @@ from zerobus_orchestration.catalog.projection import projected
 from zerobus_orchestration.catalog.steps import ReconcilePlan
 from zerobus_orchestration.config import CommentPolicy, Role
 from zerobus_orchestration.contracts import ContractDescriptions
-from zerobus_orchestration.errors import PreconditionsUnmetError
+from zerobus_orchestration.errors import PreconditionsUnmetError, WriteBoundaryError
 from zerobus_orchestration.metrics import SinkMetrics
 from zerobus_orchestration.reserved import RESERVED_NAMES
 from zerobus_orchestration.wire_schema import arrow_column_problems
@@ -177,7 +177,12 @@ class CatalogGate:
     def rechecks(self) -> bool:
         return self.check_preconditions and self.role is Role.PRIMARY_RAW
 
-    def ensure(self, table: str, schema: pa.Schema) -> pa.Schema:
+    def ensure(self, table: str, schema: pa.Schema, first: pa.RecordBatch | None = None) -> pa.Schema:
+        """Create or evolve ``table`` for ``schema``; the declared target schema (``SchemaGate``).
+
+        ``first``: the batch this is for. A batch whose values the table it would create cannot hold
+        is refused before the CREATE, so a failed first write leaves no empty table behind.
+        """
         live = self.catalog.describe(table) if self.rechecks else None
         if live is not None and live.registered:
             # The write-path re-check: a registered table whose properties drifted is refused before
@@ -188,6 +193,8 @@ class CatalogGate:
         self._refuse_unsendable(table, schema, live or self.catalog.describe, desired)
         outcome = _quiet.get(self.catalog, table, live, desired)
         if outcome is None:
+            if first is not None:
+                self._refuse_before_create(table, first, desired, live)
             outcome = self.catalog.reconcile(table, desired)
             _quiet.remember(self.catalog, table, live, desired, outcome)
         self.last_outcome = outcome
@@ -202,6 +209,21 @@ class CatalogGate:
             self._require(table, outcome.state)
         self._schedule_recheck(table)
         return outcome.state.arrow_schema()
+
+    def _refuse_before_create(
+        self, table: str, first: pa.RecordBatch, desired: DesiredTable, live: TableState | None
+    ) -> None:
+        """Raise ``conform``'s ``WriteBoundaryError`` before any DDL when ``table`` does not exist and
+        ``first`` does not fit the table ``desired`` creates. The target is planned, not read (``plan``
+        against no table is pure), so the catalog is asked only when the batch does not fit: an existing
+        table judges it by its own declared types, after the reconcile, as every batch is."""
+        target = projected(None, plan(None, desired, allow_widening=desired.allow_widening)).arrow_schema()
+        try:
+            conform_batch(table, first, target, trusted=_STAMPED)  # uncounted: conform counts this batch
+        except WriteBoundaryError:
+            if live is None and self.catalog.locate(table) is None:
+                raise
+            # The table exists: nothing would be created, and conform judges the batch against it.
 
     def projected(self, table: str, schema: pa.Schema, after: TableState | None = None) -> TableState:
         """The table as ``ensure(table, schema)`` would leave it, planned and not applied: nothing is

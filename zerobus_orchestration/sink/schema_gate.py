@@ -20,8 +20,11 @@ import pyarrow as pa
 
 @runtime_checkable
 class SchemaGate(Protocol):
-    def ensure(self, table: str, schema: pa.Schema) -> pa.Schema:
-        """Make ``table`` able to take ``schema``; return the declared target schema. May raise."""
+    def ensure(self, table: str, schema: pa.Schema, first: pa.RecordBatch | None = None) -> pa.Schema:
+        """Make ``table`` able to take ``schema``; return the declared target schema. May raise.
+
+        ``first``: the (stamped) batch of ``schema`` about to be conformed; a gate may refuse it before
+        it changes the table (a first write with a bad value must not leave an empty table behind)."""
         ...
 
     def conform(self, table: str, batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:

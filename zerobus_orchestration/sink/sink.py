@@ -488,7 +488,7 @@ class ZerobusSink:
             conformed = stamped
             if self.gate is not None:
                 if self._last_schema is None or not stamped.schema.equals(self._last_schema):
-                    self._target = self.gate.ensure(self.table, stamped.schema)
+                    self._target = self.gate.ensure(self.table, stamped.schema, stamped)
                     self._last_schema = stamped.schema
                 assert self._target is not None
                 conformed = self.gate.conform(self.table, stamped, self._target)

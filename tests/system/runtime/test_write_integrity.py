@@ -123,6 +123,56 @@ def test_streamed_input_keeps_sending_batch_by_batch(runtime: ZerobusRuntime) ->
     assert sorted(delta_rows(runtime).column(OFFSET).to_pylist()) == list(range(100))
 
 
+def _dated(ids: range, day: pa.Array | None = None) -> pa.RecordBatch:
+    """Rows of (id, day); ``day`` given: those days (e.g. one out of range), else 2024-01-01 each."""
+    days = pa.array([date(2024, 1, 1)] * len(ids), pa.date32()) if day is None else day
+    return pa.RecordBatch.from_arrays([pa.array(ids, pa.int64()), days], names=["id", "day"])
+
+
+OUT_OF_RANGE_DAY = pa.array([0, -(2**31)], pa.int32()).view(pa.date32())  # the second before year 1
+
+
+@pytest.mark.parametrize("table", [TABLE, "main.derived.orders"])  # raw re-reads the table first; derived not
+def test_a_direct_push_whose_first_batch_does_not_fit_leaves_no_table(
+    runtime: ZerobusRuntime, table: str
+) -> None:
+    """The sink creates its table at the first batch: a first batch the new table could not hold is
+    refused before the CREATE, not after it (which left an empty table behind)."""
+    sink = runtime.sink(table, source="days")
+    with pytest.raises(WriteBoundaryError) as failure:
+        sink.push(_dated(range(2), OUT_OF_RANGE_DAY))
+    assert failure.value.kind == "out_of_range" and failure.value.column == "day"
+    assert table in str(failure.value)
+    assert runtime.catalog.describe(table) is None and runtime.catalog.locate(table) is None
+    assert streams_opened(runtime, table) == 0
+    sink.push(_dated(range(2, 12)))  # the same sink, a good batch: created and sent now
+    sink.flush()
+    assert sorted(delta_rows(runtime, table).column("id").to_pylist()) == list(range(2, 12))
+
+
+def test_streamed_input_whose_first_batch_is_bad_leaves_no_table(runtime: ZerobusRuntime) -> None:
+    def stream() -> Iterator[pa.RecordBatch]:
+        yield _dated(range(2), OUT_OF_RANGE_DAY)
+        yield _dated(range(2, 12))
+
+    with pytest.raises(WriteBoundaryError, match="'day'"):
+        runtime.write(TABLE, stream(), source="days")
+    runtime.flush()
+    assert runtime.catalog.describe(TABLE) is None
+    assert runtime.covered(TABLE, source="days") == ()
+
+
+def test_a_first_batch_that_does_not_fit_an_existing_table_changes_nothing(runtime: ZerobusRuntime) -> None:
+    runtime.write(TABLE, [_dated(range(10))], source="days")
+    before = runtime.delta_version(TABLE)
+    sink = runtime.sink(TABLE, source="other")
+    with pytest.raises(WriteBoundaryError, match="'day'"):
+        sink.push(_dated(range(2), OUT_OF_RANGE_DAY))
+    sink.flush()
+    assert runtime.delta_version(TABLE) == before
+    assert sorted(delta_rows(runtime).column("id").to_pylist()) == list(range(10))
+
+
 # -- item 5: names that differ only in case are one table -----------------------------------------------
 
 

@@ -113,7 +113,8 @@ class FakeGate:
         self.checked = 0
         self.metrics = metrics  # a gate counts its own outcomes (SchemaGate.conform)
 
-    def ensure(self, table: str, schema: pa.Schema) -> pa.Schema:
+    def ensure(self, table: str, schema: pa.Schema, first: pa.RecordBatch | None = None) -> pa.Schema:
+        assert first is None or first.schema.equals(schema)
         self.ensured.append(schema)
         fields = [pa.field(f.name, pa.int64()) if f.name == "v" else f for f in schema]
         return pa.schema(fields)
